@@ -1,0 +1,43 @@
+"""`glm5next-convert HF_DIR --outfile X.gguf [--outtype ...] [--mtp-type ...] [--no-mtp | --mtp-only] [--arch ...]`"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from . import qtypes
+from .checkpoint import ConversionError
+from .converter import convert
+from .hparams import ARCHES
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the converter; returns the process exit code (0 ok, 1 bad input)."""
+    p = argparse.ArgumentParser(prog="glm5next-convert",
+                                description="Convert a GLM-5.3-Flash Hugging Face checkpoint to GGUF.")
+    p.add_argument("hf_dir", help="checkpoint directory (config.json, *.safetensors, tokenizer.json)")
+    p.add_argument("--outfile", help="output path (default: HF_DIR/<name>-<outtype>.gguf)")
+    types = [*qtypes.OUTTYPES, "auto"]
+    p.add_argument("--outtype", default="auto", choices=types,
+                   help="type of the large weights; auto keeps the source precision (FP8 -> bf16)")
+    p.add_argument("--mtp-type", choices=list(qtypes.OUTTYPES),
+                   help="type of the NextN (draft) layer's large weights (default: --outtype)")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--no-mtp", action="store_true", help="trunk only: drop the NextN layer")
+    g.add_argument("--mtp-only", action="store_true",
+                   help="draft-only file: NextN layer + token_embd + output_norm + output")
+    p.add_argument("--arch", default="glm5next", choices=list(ARCHES),
+                   help="architecture string; glm5-next is the spelling llama.cpp loads")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    a = p.parse_args(argv)
+    layout = "no-mtp" if a.no_mtp else "mtp-only" if a.mtp_only else "combined"
+    try:
+        convert(a.hf_dir, a.outfile, outtype=a.outtype, mtp_type=a.mtp_type, layout=layout, arch=a.arch,
+                progress=not a.no_progress, log=lambda m: print(m, file=sys.stderr))
+    except ConversionError as e:
+        print(f"glm5next-convert: error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

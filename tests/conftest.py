@@ -1,0 +1,68 @@
+"""Shared fixtures: generated checkpoints and their conversions, cached for the whole session."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from make_checkpoint import make_checkpoint  # noqa: E402
+
+
+class Checkpoints:
+    """make(name, preset, **fields) -> checkpoint dir; convert(ckpt, **options) -> GGUF path (both cached)."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self._made: dict[str, Path] = {}
+
+    def make(self, name: str, preset: str = "tiny", **fields) -> Path:
+        if name not in self._made:
+            self._made[name] = make_checkpoint(self.root / name, preset, **fields)
+        return self._made[name]
+
+    def convert(self, ckpt: Path, tag: str = "", **options) -> Path:
+        from glm5next_convert import convert
+        out = ckpt.parent / f"{ckpt.name}{tag}-{options.get('outtype', 'auto')}.gguf"
+        if not out.exists():
+            convert(ckpt, out, progress=False, log=lambda m: None, **options)
+        return out
+
+
+@pytest.fixture(scope="session")
+def checkpoints(tmp_path_factory) -> Checkpoints:
+    return Checkpoints(tmp_path_factory.mktemp("ckpt"))
+
+
+def random_tokens(n: int, vocab: int = 380, seed: int = 0) -> list[int]:
+    """Token ids from the BPE part of the generated vocab (no special tokens)."""
+    return np.random.default_rng(seed).integers(0, vocab, n).tolist()
+
+
+def hf_logits(ckpt: Path, tokens: list[int]) -> np.ndarray:
+    """transformers 5.23 logits [n_tokens, n_vocab] (float32) of the trunk, one forward pass."""
+    import torch
+    from transformers import Glm5NextForConditionalGeneration
+    from transformers.utils import logging
+
+    logging.set_verbosity_error()  # the NextN layer is an expected "unexpected key"
+    model = Glm5NextForConditionalGeneration.from_pretrained(ckpt, dtype=torch.float32, attn_implementation="sdpa")
+    with torch.no_grad():
+        return model(input_ids=torch.tensor([tokens])).logits[0].numpy()
+
+
+def llama_cpp_logits(gguf_path: Path, tokens: list[int]) -> np.ndarray:
+    """llama-cpp-python 0.3.36 logits [n_tokens, n_vocab] with f32 caches (its default f16 cache costs ~1e-3)."""
+    from llama_cpp import GGML_TYPE_F32, Llama
+
+    n = len(tokens)
+    llm = Llama(model_path=str(gguf_path), n_ctx=max(256, n + 16), n_batch=n, n_ubatch=n, logits_all=True,
+                type_k=GGML_TYPE_F32, type_v=GGML_TYPE_F32, n_threads=2, verbose=False)
+    llm.eval(tokens)
+    out = np.array(llm.scores[:n], dtype=np.float32)
+    llm.close()
+    return out
