@@ -10,6 +10,9 @@
 
 namespace py = pybind11;
 
+void bind_model(py::module_ & mod);   // bind_model.cpp
+void bind_engine(py::module_ & mod);  // bind_engine.cpp
+
 // c_style: non-contiguous inputs are copied to row-major. No forcecast, so
 // float64 input is rejected (TypeError) instead of silently losing precision.
 using f32_array = py::array_t<float, py::array::c_style>;
@@ -60,4 +63,7 @@ Raises:
     mod.def("ggml_commit", &glm5next::ggml_commit, "llama.cpp commit the linked ggml was built from.");
     mod.def("system_info", &glm5next::system_info,
             "CPU features of ggml's CPU backend as 'NAME = VALUE | ...' (empty string if unavailable).");
+
+    bind_model(mod);
+    bind_engine(mod);
 }

@@ -66,3 +66,29 @@ def llama_cpp_logits(gguf_path: Path, tokens: list[int]) -> np.ndarray:
     out = np.array(llm.scores[:n], dtype=np.float32)
     llm.close()
     return out
+
+
+def hf_trunk(ckpt: Path, tokens: list[int]) -> tuple[np.ndarray, np.ndarray, dict[int, list[set[int]]]]:
+    """transformers 5.23 on the trunk: logits [n, n_vocab], post-norm hidden [n, n_embd] and, per full-indexer
+    layer, the set of key rows each query row selects (the indexer's own output, captured by a hook)."""
+    import torch
+    from transformers import Glm5NextForConditionalGeneration
+    from transformers.utils import logging
+
+    logging.set_verbosity_error()
+    model = Glm5NextForConditionalGeneration.from_pretrained(ckpt, dtype=torch.float32, attn_implementation="sdpa")
+    selections: dict[int, list[set[int]]] = {}
+    hooks = []
+    for il, layer in enumerate(model.model.language_model.layers):
+        indexer = getattr(layer.self_attn, "indexer", None)
+        if indexer is not None:
+            def keep(_mod, _args, out, il=il):
+                selections[il] = [set(int(j) for j in row if j >= 0) for row in out[0].tolist()]
+            hooks.append(indexer.register_forward_hook(keep))
+    hidden = []
+    hooks.append(model.model.language_model.norm.register_forward_hook(lambda _m, _a, out: hidden.append(out[0])))
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([tokens])).logits[0].numpy()
+    for h in hooks:
+        h.remove()
+    return logits, hidden[0].numpy(), selections

@@ -1,0 +1,72 @@
+// Python bindings of the trunk engine: _core.Engine.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <stdexcept>
+
+#include "engine.h"
+
+namespace py = pybind11;
+
+namespace glm5next {
+
+namespace {
+
+py::array_t<float> to_array(std::vector<float> && v, int64_t rows, int64_t cols) {
+    auto * heap = new std::vector<float>(std::move(v));
+    py::capsule owner(heap, [](void * p) { delete static_cast<std::vector<float> *>(p); });
+    return py::array_t<float>({rows, cols}, heap->data(), owner);
+}
+
+py::dict eval(Engine & e, const std::vector<int32_t> & tokens, bool logits_all) {
+    EvalOutput out;
+    {
+        py::gil_scoped_release release;
+        out = e.eval(tokens, logits_all);
+    }
+    const int64_t k = out.pools.empty() ? 0 : (int64_t) out.pools[0].size() / out.n_tokens;
+    py::dict pools;
+    for (size_t i = 0; i < out.dsa_layers.size(); ++i) {
+        py::array_t<int32_t> a({out.n_tokens, k});
+        std::copy(out.pools[i].begin(), out.pools[i].end(), a.mutable_data());
+        pools[py::int_(out.dsa_layers[i])] = a;
+    }
+    py::dict d;
+    d["logits"] = to_array(std::move(out.logits), out.n_logit_rows, e.n_vocab());
+    d["hidden"] = to_array(std::move(out.hidden), out.n_tokens, e.n_embd());
+    d["pools"] = pools;
+    return d;
+}
+
+}  // namespace
+
+}  // namespace glm5next
+
+using glm5next::Engine;
+using glm5next::EngineParams;
+using glm5next::Model;
+
+void bind_engine(py::module_ & mod) {
+    py::class_<Engine>(mod, "Engine", R"doc(The trunk of one sequence: caches sized for n_ctx rows, evaluated in ubatches.)doc")
+        .def(py::init([](const Model & model, uint32_t n_ctx, uint32_t n_batch, int n_threads) {
+                 if (model.draft_only) {
+                     throw std::invalid_argument(model.path + ": a draft-only (--mtp-only) file has no trunk to run");
+                 }
+                 if (n_ctx == 0) throw std::invalid_argument("n_ctx must be >= 1");
+                 return new Engine(model, EngineParams{n_ctx, n_batch, n_threads});
+             }),
+             py::arg("model"), py::arg("n_ctx") = 4096, py::arg("n_batch") = 512, py::arg("n_threads") = 0,
+             py::keep_alive<1, 2>(),
+             "Engine(model: _core.Model, n_ctx: int, n_batch: int, n_threads: int = 0 (all cores)).\n"
+             "Raises ValueError for a draft-only file or n_ctx / n_batch of 0.")
+        .def("eval", &glm5next::eval, py::arg("tokens"), py::arg("logits_all") = false,
+             R"doc(Append `tokens` (list of ids) to the sequence and run the trunk over them.
+
+Returns a dict: "logits" float32 [n_tokens or 1, n_vocab], "hidden" float32 [n_tokens, n_embd] (post-norm),
+"pools" {DSA layer: int32 [n_tokens, index_topk / kpool]} the chosen indexer pools per row (-1 = none; shared
+layers report the full layer's choice they reuse).
+Raises ValueError for no tokens, an id outside the vocabulary, or more tokens than the context has left.)doc")
+        .def("reset", &Engine::reset, "Forget the sequence (caches cleared, n_past = 0).")
+        .def_property_readonly("n_past", &Engine::n_past, "Tokens in the sequence.");
+}

@@ -1,0 +1,59 @@
+// Runs the trunk over a token sequence: prefill in ubatches of n_batch rows, then decode, appending to one
+// sequence's caches (runtime.md, Engine).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "ggml-alloc.h"
+#include "ggml-backend.h"
+#include "kv_cache.h"
+#include "model.h"
+
+namespace glm5next {
+
+struct EngineParams {
+    uint32_t n_ctx = 4096;
+    uint32_t n_batch = 512;  // rows per ubatch
+    int n_threads = 0;       // 0 = hardware concurrency
+};
+
+struct EvalOutput {
+    int64_t n_tokens = 0;
+    int64_t n_logit_rows = 0;          // n_tokens with logits_all, else 1
+    std::vector<float> logits;         // [n_logit_rows, n_vocab] row-major
+    std::vector<float> hidden;         // [n_tokens, n_embd] post-norm hidden state
+    std::vector<int> dsa_layers;       // trunk DSA layers, in order
+    // per DSA layer: [n_tokens, n_top_pool] chosen pools (-1 = none), best first
+    std::vector<std::vector<int32_t>> pools;
+};
+
+class Engine {
+public:
+    Engine(const Model & model, const EngineParams & params);
+    ~Engine();
+    Engine(const Engine &) = delete;
+    Engine & operator=(const Engine &) = delete;
+
+    // Appends `tokens` to the sequence and returns logits (all rows or the last), hidden states and selections.
+    // Throws std::invalid_argument for an empty input, a token id out of range or a context overflow.
+    EvalOutput eval(const std::vector<int32_t> & tokens, bool logits_all);
+
+    void reset() { cache_.clear(); }
+    uint32_t n_past() const { return cache_.n_past; }
+    uint32_t n_vocab() const { return model_.hp.n_vocab; }
+    uint32_t n_embd() const { return model_.hp.n_embd; }
+    const EngineParams & params() const { return params_; }
+
+private:
+    void eval_ubatch(const int32_t * tokens, int64_t n, bool logits_all, EvalOutput & out, int64_t row0);
+
+    const Model & model_;
+    EngineParams params_;
+    SeqCache cache_;
+    ggml_backend_t backend_ = nullptr;
+    ggml_gallocr_t galloc_ = nullptr;
+    std::vector<uint8_t> meta_;  // memory of the per-ubatch graph context (tensor and graph metadata only)
+};
+
+}  // namespace glm5next

@@ -1,0 +1,142 @@
+"""GLM's byte-level BPE tokenizer, rebuilt from the vocab a GGUF carries (gguf.md, Tokenizer).
+
+The GGUF stores llama.cpp's `gpt2` model with the `glm4` pre-tokenizer: token strings in the byte-level
+alphabet, merges, and a type per token. This builds the equivalent Hugging Face `tokenizers.Tokenizer`, so ids
+match the checkpoint's own tokenizer.json.
+"""
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping, Sequence
+from functools import lru_cache
+
+import tokenizers
+from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers
+
+# GLM-4's split expression, the one llama.cpp's "glm4" pre-tokenizer uses.
+GLM4_SPLIT_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                    r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+# llama.cpp token types (tokenizer.ggml.token_type)
+NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
+
+
+@lru_cache(maxsize=1)
+def _byte_decoder() -> dict[str, int]:
+    """The byte-level alphabet, inverted: char -> byte (GPT-2's bytes_to_unicode)."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    table = {chr(b): b for b in printable}  # printable bytes stand for themselves
+    others = [b for b in range(256) if b not in table.values()]
+    table.update({chr(256 + n): b for n, b in enumerate(others)})  # the rest for 256, 257, ... in byte order
+    return table
+
+
+class Tokenizer:
+    """Text <-> token ids for a glm5next GGUF. Build it with `from_gguf_vocab`."""
+
+    def __init__(self, tok: tokenizers.Tokenizer, tokens: list[str], token_types: list[int],
+                 special_ids: Mapping[str, int], add_bos: bool = False, add_eos: bool = False):
+        self._tok = tok
+        self._tokens = tokens
+        self._types = token_types
+        self.special_ids = dict(special_ids)
+        self.add_bos, self.add_eos = add_bos, add_eos
+        # `encode_special_tokens` is tokenizer state; the lock keeps one encode's setting from leaking into another's
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_gguf_vocab(cls, tokens: Sequence[str | bytes], token_types: Sequence[int], merges: Sequence[str],
+                        special_ids: Mapping[str, int], add_bos: bool = False, add_eos: bool = False) -> Tokenizer:
+        """Build from what `_core.Model.vocab()` returns.
+
+        tokens: [n_vocab] token strings (byte-level alphabet for BPE tokens, plain text for added tokens).
+        token_types: [n_vocab] llama.cpp types; CONTROL (3) tokens become special added tokens, USER_DEFINED (4)
+            non-special added tokens, UNUSED (5) padding is left out of the vocab (decodes to nothing).
+        merges: BPE merges "left right", highest priority first.
+        special_ids: e.g. {"bos": 386, "eos": 384, "eot": 391}.
+        add_bos / add_eos: what encode(add_special=True) adds (tokenizer.ggml.add_bos_token / add_eos_token).
+        Raises ValueError for mismatched lengths, a token that is not UTF-8 or merges the vocab cannot support.
+        """
+        if len(tokens) != len(token_types):
+            raise ValueError(f"vocab: {len(tokens)} tokens but {len(token_types)} token types")
+        texts: list[str] = []
+        for i, t in enumerate(tokens):
+            if isinstance(t, bytes):
+                try:
+                    t = t.decode("utf-8")
+                except UnicodeDecodeError:
+                    raise ValueError(f"vocab: token {i} ({t!r}) is not UTF-8") from None
+            texts.append(t)
+        vocab: dict[str, int] = {}
+        for i, (t, ty) in enumerate(zip(texts, token_types)):
+            if ty != UNUSED:
+                vocab.setdefault(t, i)
+        pairs = []
+        for m in merges:
+            left, sep, right = m.partition(" ")
+            if not sep:
+                raise ValueError(f"vocab: merge {m!r} is not 'left right'")
+            pairs.append((left, right))
+        try:
+            bpe = models.BPE(vocab=vocab, merges=pairs, fuse_unk=False, byte_fallback=False)
+        except Exception as e:  # tokenizers raises its own exception type for a merge outside the vocab
+            raise ValueError(f"vocab: cannot build the BPE model: {e}") from None
+
+        tok = tokenizers.Tokenizer(bpe)
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(GLM4_SPLIT_REGEX), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ])
+        tok.decoder = decoders.ByteLevel()
+        # Their ids are kept because each content is already in the BPE vocab under that id.
+        tok.add_special_tokens([AddedToken(t, special=True, normalized=False)
+                                for t, ty in zip(texts, token_types) if ty == CONTROL])
+        tok.add_tokens([AddedToken(t, special=False, normalized=False)
+                        for t, ty in zip(texts, token_types) if ty == USER_DEFINED])
+        return cls(tok, texts, list(token_types), special_ids, add_bos, add_eos)
+
+    @property
+    def n_vocab(self) -> int:
+        return len(self._tokens)
+
+    def encode(self, text: str, add_special: bool = False, parse_special: bool = True) -> list[int]:
+        """Token ids of `text`.
+
+        add_special: add BOS / EOS when the file asks for them (GLM files do not: the chat template writes
+            [gMASK]<sop> itself).
+        parse_special: control tokens written in the text (e.g. "<|user|>") become their ids; when False they are
+            tokenized as plain text. User-defined added tokens (e.g. "<think>") are always matched, as in llama.cpp.
+        """
+        with self._lock:
+            self._tok.encode_special_tokens = not parse_special
+            ids = self._tok.encode(text, add_special_tokens=False).ids
+        if add_special and self.add_bos and "bos" in self.special_ids:
+            ids.insert(0, self.special_ids["bos"])
+        if add_special and self.add_eos and "eos" in self.special_ids:
+            ids.append(self.special_ids["eos"])
+        return ids
+
+    def decode(self, ids: Sequence[int], skip_special: bool = False) -> str:
+        """Text of `ids` (invalid UTF-8 from a partial sequence becomes U+FFFD; stream with token_to_piece).
+        skip_special drops control tokens. Raises ValueError for an id outside the vocab."""
+        ids = [self._check_id(i) for i in ids]
+        return self._tok.decode(ids, skip_special_tokens=skip_special)
+
+    def token_to_piece(self, token_id: int) -> bytes:
+        """The exact bytes token `token_id` stands for (may be part of a UTF-8 sequence): concatenating the pieces
+        of a sequence gives its UTF-8 text. Added tokens give their text, unused padding tokens b"".
+        Raises ValueError for an id outside the vocab."""
+        i = self._check_id(token_id)
+        ty = self._types[i]
+        if ty == UNUSED:
+            return b""
+        text = self._tokens[i]
+        if ty in (CONTROL, USER_DEFINED):
+            return text.encode("utf-8")
+        table = _byte_decoder()
+        return b"".join(bytes([table[c]]) if c in table else c.encode("utf-8") for c in text)
+
+    def _check_id(self, token_id: int) -> int:
+        if not 0 <= token_id < len(self._tokens):
+            raise ValueError(f"token id {token_id} is outside the vocab [0, {len(self._tokens)})")
+        return int(token_id)
