@@ -11,7 +11,7 @@
 namespace glm5next {
 
 Engine::Engine(const Model & model, const EngineParams & params)
-    : model_(model), params_(params), cache_(model, model.hp.n_trunk(), params.n_ctx) {
+    : model_(model), params_(params), cache_(model, 0, model.hp.n_trunk(), params.n_ctx) {
     if (params_.n_batch == 0) {
         throw std::invalid_argument("n_batch must be >= 1");
     }
@@ -21,7 +21,7 @@ Engine::Engine(const Model & model, const EngineParams & params)
     backend_ = ggml_backend_cpu_init();
     ggml_backend_cpu_set_n_threads(backend_, params_.n_threads);
     galloc_ = ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend_));
-    const size_t n_nodes = trunk_graph_size(model);
+    const size_t n_nodes = graph_size(model);
     meta_.resize(ggml_tensor_overhead() * n_nodes * 2 + ggml_graph_overhead_custom(n_nodes, false));
 }
 
@@ -71,7 +71,7 @@ void Engine::eval_ubatch(const int32_t * tokens, int64_t n, bool logits_all, Eva
         ggml_backend_tensor_set(g.inp_tokens, tokens, 0, n * sizeof(int32_t));
         if (g.inp_row_scale) {
             std::vector<float> scale(n);
-            for (int64_t t = 0; t < n; ++t) scale[t] = row_has_keys(g.kpool, t) ? 1.0f : 0.0f;
+            for (int64_t t = 0; t < n; ++t) scale[t] = row_has_keys(g.params.kpool, t) ? 1.0f : 0.0f;
             ggml_backend_tensor_set(g.inp_row_scale, scale.data(), 0, n * sizeof(float));
         }
         if (ggml_backend_graph_compute(backend_, g.gf) != GGML_STATUS_SUCCESS) {
@@ -92,7 +92,7 @@ void Engine::eval_ubatch(const int32_t * tokens, int64_t n, bool logits_all, Eva
         out.dsa_layers = g.dsa_layers;
         out.pools.resize(g.selections.size());
     }
-    const int64_t k = g.kpool.n_top_pool;
+    const int64_t k = g.params.kpool.n_top_pool;
     for (size_t i = 0; i < g.selections.size(); ++i) {
         auto & dst = out.pools[i];
         dst.resize((row0 + n) * k);

@@ -6,7 +6,7 @@
 
 #include "kv_cache.h"
 #include "model.h"
-#include "select_ops.h"
+#include "graph_blocks.h"
 
 namespace glm5next {
 
@@ -20,8 +20,7 @@ struct TrunkGraph {
     ggml_tensor * hidden = nullptr;         // f32 [n_embd, n_tokens] post-norm hidden (the draft head's input)
     std::vector<int> dsa_layers;            // trunk DSA layers, in order
     std::vector<ggml_tensor *> selections;  // per DSA layer: i32 [n_top_pool, n_tokens] chosen pools
-    KpoolParams kpool;
-    MoeRouteParams moe;
+    GraphParams params;
 };
 
 // Builds into `g` the graph of `n_tokens` rows at positions cache.n_past.. of the trunk. `ctx` must be a
@@ -29,7 +28,7 @@ struct TrunkGraph {
 void build_trunk_graph(TrunkGraph & g, ggml_context * ctx, const Model & model, const SeqCache & cache,
                        int64_t n_tokens, bool all_logits);
 
-// Nodes a trunk graph needs at most (for sizing the context and the graph).
-size_t trunk_graph_size(const Model & model);
+// Nodes a glm5next graph (trunk or draft head) needs at most, for sizing the context and the graph.
+size_t graph_size(const Model & model);
 
 }  // namespace glm5next

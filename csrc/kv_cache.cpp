@@ -7,13 +7,14 @@
 
 namespace glm5next {
 
-SeqCache::SeqCache(const Model & model, uint32_t n_layers, uint32_t n_ctx) : n_ctx_(n_ctx) {
+SeqCache::SeqCache(const Model & model, uint32_t first_layer, uint32_t n_layers, uint32_t n_ctx)
+    : first_layer_(first_layer), n_ctx_(n_ctx) {
     const HParams & hp = model.hp;
     ggml_init_params params = {ggml_tensor_overhead() * 8 * (n_layers + 1), nullptr, true};
     ctx_ = ggml_init(params);
-    layers.resize(n_layers);
-    for (uint32_t il = 0; il < n_layers; ++il) {
-        LayerCache & c = layers[il];
+    layers_.resize(n_layers);
+    for (uint32_t il = first_layer; il < first_layer + n_layers; ++il) {
+        LayerCache & c = layers_[il - first_layer];
         if (hp.is_kda(il)) {
             c.conv = ggml_new_tensor_2d(ctx_, GGML_TYPE_F32, hp.ssm_conv_kernel - 1, 3 * hp.kda_inner());
             c.state = ggml_new_tensor_3d(ctx_, GGML_TYPE_F32, hp.kda_head_dim, hp.kda_head_dim, hp.n_head);

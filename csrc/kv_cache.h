@@ -25,8 +25,9 @@ struct LayerCache {
 
 class SeqCache {
 public:
-    // Allocates the caches of layers [0, n_layers) of `model` for n_ctx rows in a CPU buffer, zeroed.
-    SeqCache(const Model & model, uint32_t n_layers, uint32_t n_ctx);
+    // Allocates the caches of layers [first_layer, first_layer + n_layers) of `model` for n_ctx rows in a CPU
+    // buffer, zeroed: the trunk's layers for the trunk, the NextN layer for the draft head.
+    SeqCache(const Model & model, uint32_t first_layer, uint32_t n_layers, uint32_t n_ctx);
     ~SeqCache();
     SeqCache(const SeqCache &) = delete;
     SeqCache & operator=(const SeqCache &) = delete;
@@ -35,10 +36,12 @@ public:
     void clear();
 
     uint32_t n_ctx() const { return n_ctx_; }
+    const LayerCache & layer(uint32_t il) const { return layers_.at(il - first_layer_); }
     uint32_t n_past = 0;  // rows written
-    std::vector<LayerCache> layers;
 
 private:
+    std::vector<LayerCache> layers_;
+    uint32_t first_layer_;
     uint32_t n_ctx_;
     ggml_context * ctx_ = nullptr;
     ggml_backend_buffer_t buf_ = nullptr;
