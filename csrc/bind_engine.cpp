@@ -3,6 +3,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <optional>
 #include <stdexcept>
 
 #include "engine.h"
@@ -39,6 +40,29 @@ py::dict eval(Engine & e, const std::vector<int32_t> & tokens, bool logits_all) 
     return d;
 }
 
+py::dict draft_rows(Engine & e, const py::array_t<float, py::array::c_style | py::array::forcecast> & hidden,
+                    const std::vector<int32_t> & next_tokens, int64_t pos0,
+                    const std::optional<std::vector<int32_t>> & saved_pools, int64_t saved_p0) {
+    const int64_t n = (int64_t) next_tokens.size();
+    if (hidden.ndim() != 2 || hidden.shape(0) != n || hidden.shape(1) != e.n_embd()) {
+        throw std::invalid_argument("draft_rows: hidden must be float32 [len(next_tokens), n_embd]");
+    }
+    if (saved_pools && (int64_t) saved_pools->size() != e.n_top_pool()) {
+        throw std::invalid_argument("draft_rows: saved_pools must hold index_topk / kpool entries");
+    }
+    DraftOutput out;
+    {
+        py::gil_scoped_release release;
+        out = e.draft_rows(hidden.data(), next_tokens.data(), n, pos0, saved_pools ? saved_pools->data() : nullptr,
+                           saved_p0);
+    }
+    py::dict d;
+    d["logits"] = py::array_t<float>((py::ssize_t) out.logits.size(), out.logits.data());
+    d["z"] = py::array_t<float>((py::ssize_t) out.z.size(), out.z.data());
+    d["pools"] = py::array_t<int32_t>((py::ssize_t) out.pools.size(), out.pools.data());
+    return d;
+}
+
 }  // namespace
 
 }  // namespace glm5next
@@ -67,6 +91,15 @@ Returns a dict: "logits" float32 [n_tokens or 1, n_vocab], "hidden" float32 [n_t
 "pools" {DSA layer: int32 [n_tokens, index_topk / kpool]} the chosen indexer pools per row (-1 = none; shared
 layers report the full layer's choice they reuse).
 Raises ValueError for no tokens, an id outside the vocabulary, or more tokens than the context has left.)doc")
+        .def("draft_rows", &glm5next::draft_rows, py::arg("hidden"), py::arg("next_tokens"), py::arg("pos0"),
+             py::arg("saved_pools") = py::none(), py::arg("saved_p0") = -1,
+             R"doc(Write NextN draft rows (hidden[i], next_tokens[i]) at positions pos0.. of the draft cache.
+
+hidden: float32 [n, n_embd] (trunk post-norm states, or the previous step's z); next_tokens: n ids x_{p+1}.
+saved_pools (with saved_p0 < pos0, n == 1): attend exactly the selection row saved_p0 made (index sharing).
+Returns a dict for the last row: "logits" float32 [n_vocab], "z" float32 [n_embd], "pools" int32 [index_topk/kpool].
+Raises ValueError without a NextN layer, for a gap after the rows written, or past n_ctx.)doc")
+        .def_property_readonly("has_draft_head", &Engine::has_draft_head)
         .def("reset", &Engine::reset, "Forget the sequence (caches cleared, n_past = 0).")
         .def_property_readonly("n_past", &Engine::n_past, "Tokens in the sequence.");
 }

@@ -6,9 +6,29 @@
 
 #include "ggml-alloc.h"
 #include "ggml-cpu.h"
+#include "graph_draft.h"
 #include "graph_trunk.h"
 
 namespace glm5next {
+
+namespace {
+
+// Rows that select no key (possible only without kpool_select_tail) get a zero attention output.
+void set_row_scale(ggml_tensor * row_scale, const KpoolParams & p, int64_t n) {
+    if (row_scale == nullptr) return;
+    std::vector<float> scale(n);
+    for (int64_t t = 0; t < n; ++t) scale[t] = row_has_keys(p, t) ? 1.0f : 0.0f;
+    ggml_backend_tensor_set(row_scale, scale.data(), 0, n * sizeof(float));
+}
+
+// The per-graph context (tensor and graph metadata only; data lives in the gallocr buffer and the caches).
+struct GraphContext {
+    ggml_context * ctx;
+    explicit GraphContext(std::vector<uint8_t> & meta) : ctx(ggml_init({meta.size(), meta.data(), true})) {}
+    ~GraphContext() { ggml_free(ctx); }
+};
+
+}  // namespace
 
 Engine::Engine(const Model & model, const EngineParams & params)
     : model_(model), params_(params), cache_(model, 0, model.hp.n_trunk(), params.n_ctx) {
@@ -17,6 +37,9 @@ Engine::Engine(const Model & model, const EngineParams & params)
     }
     if (params_.n_threads <= 0) {
         params_.n_threads = (int) std::max(1u, std::thread::hardware_concurrency());
+    }
+    if (model.hp.n_nextn > 0) {
+        draft_cache_ = std::make_unique<SeqCache>(model, model.hp.n_trunk(), 1, params.n_ctx);
     }
     backend_ = ggml_backend_cpu_init();
     ggml_backend_cpu_set_n_threads(backend_, params_.n_threads);
@@ -30,17 +53,24 @@ Engine::~Engine() {
     ggml_backend_free(backend_);
 }
 
+void Engine::alloc(ggml_cgraph * gf) {
+    if (!ggml_gallocr_alloc_graph(galloc_, gf)) {
+        throw std::runtime_error("cannot allocate the compute buffer of a graph");
+    }
+}
+
+void Engine::compute(ggml_cgraph * gf) {
+    if (ggml_backend_graph_compute(backend_, gf) != GGML_STATUS_SUCCESS) {
+        throw std::runtime_error("ggml graph computation failed");
+    }
+}
+
 EvalOutput Engine::eval(const std::vector<int32_t> & tokens, bool logits_all) {
     const HParams & hp = model_.hp;
     if (tokens.empty()) {
         throw std::invalid_argument("eval: no tokens");
     }
-    for (int32_t t : tokens) {
-        if (t < 0 || (uint32_t) t >= hp.n_vocab) {
-            throw std::invalid_argument("eval: token id " + std::to_string(t) + " is outside the vocabulary [0, " +
-                                        std::to_string(hp.n_vocab) + ")");
-        }
-    }
+    check_tokens(tokens.data(), (int64_t) tokens.size());
     if (cache_.n_past + tokens.size() > cache_.n_ctx()) {
         throw std::invalid_argument("eval: " + std::to_string(cache_.n_past + tokens.size()) +
                                     " tokens exceed the context size n_ctx = " + std::to_string(cache_.n_ctx()));
@@ -57,49 +87,89 @@ EvalOutput Engine::eval(const std::vector<int32_t> & tokens, bool logits_all) {
     return out;
 }
 
+void Engine::check_tokens(const int32_t * tokens, int64_t n) const {
+    for (int64_t i = 0; i < n; ++i) {
+        if (tokens[i] < 0 || (uint32_t) tokens[i] >= model_.hp.n_vocab) {
+            throw std::invalid_argument("token id " + std::to_string(tokens[i]) + " is outside the vocabulary [0, " +
+                                        std::to_string(model_.hp.n_vocab) + ")");
+        }
+    }
+}
+
 void Engine::eval_ubatch(const int32_t * tokens, int64_t n, bool logits_all, EvalOutput & out, int64_t row0) {
     const HParams & hp = model_.hp;
-    const bool last = row0 + n == out.n_tokens;
-    ggml_init_params ip = {meta_.size(), meta_.data(), true};
-    ggml_context * ctx = ggml_init(ip);
+    GraphContext gc(meta_);
     TrunkGraph g;
-    try {
-        build_trunk_graph(g, ctx, model_, cache_, n, logits_all);
-        if (!ggml_gallocr_alloc_graph(galloc_, g.gf)) {
-            throw std::runtime_error("cannot allocate the compute buffer for a ubatch of " + std::to_string(n));
-        }
-        ggml_backend_tensor_set(g.inp_tokens, tokens, 0, n * sizeof(int32_t));
-        if (g.inp_row_scale) {
-            std::vector<float> scale(n);
-            for (int64_t t = 0; t < n; ++t) scale[t] = row_has_keys(g.params.kpool, t) ? 1.0f : 0.0f;
-            ggml_backend_tensor_set(g.inp_row_scale, scale.data(), 0, n * sizeof(float));
-        }
-        if (ggml_backend_graph_compute(backend_, g.gf) != GGML_STATUS_SUCCESS) {
-            throw std::runtime_error("ggml graph computation failed");
-        }
-    } catch (...) {
-        ggml_free(ctx);
-        throw;
-    }
+    build_trunk_graph(g, gc.ctx, model_, cache_, n, logits_all);
+    alloc(g.gf);
+    ggml_backend_tensor_set(g.inp_tokens, tokens, 0, n * sizeof(int32_t));
+    set_row_scale(g.inp_row_scale, g.params.kpool, n);
+    compute(g.gf);
 
     ggml_backend_tensor_get(g.hidden, out.hidden.data() + row0 * hp.n_embd, 0, n * hp.n_embd * sizeof(float));
     if (logits_all) {
         ggml_backend_tensor_get(g.logits, out.logits.data() + row0 * hp.n_vocab, 0, n * hp.n_vocab * sizeof(float));
-    } else if (last) {
+    } else if (row0 + n == out.n_tokens) {
         ggml_backend_tensor_get(g.logits, out.logits.data(), 0, hp.n_vocab * sizeof(float));
     }
     if (out.pools.empty()) {
         out.dsa_layers = g.dsa_layers;
         out.pools.resize(g.selections.size());
     }
-    const int64_t k = g.params.kpool.n_top_pool;
+    const int64_t k = n_top_pool();
     for (size_t i = 0; i < g.selections.size(); ++i) {
         auto & dst = out.pools[i];
         dst.resize((row0 + n) * k);
         ggml_backend_tensor_get(g.selections[i], dst.data() + row0 * k, 0, n * k * sizeof(int32_t));
     }
     cache_.n_past += (uint32_t) n;
-    ggml_free(ctx);
+}
+
+DraftOutput Engine::draft_rows(const float * hidden, const int32_t * next_tokens, int64_t n, int64_t pos0,
+                               const int32_t * saved_pools, int64_t saved_p0) {
+    const HParams & hp = model_.hp;
+    if (!draft_cache_) {
+        throw std::invalid_argument(model_.path + ": the file has no NextN layer (nextn_predict_layers = 0)");
+    }
+    if (n < 1 || pos0 < 0 || pos0 > draft_cache_->n_past || pos0 + n > draft_cache_->n_ctx()) {
+        throw std::invalid_argument("draft rows [" + std::to_string(pos0) + ", " + std::to_string(pos0 + n) +
+                                    ") do not follow the " + std::to_string(draft_cache_->n_past) +
+                                    " rows written, or exceed n_ctx = " + std::to_string(draft_cache_->n_ctx()));
+    }
+    if (saved_pools && (n != 1 || saved_p0 < 0 || saved_p0 >= pos0)) {
+        throw std::invalid_argument("a step that reuses a selection is one row after the row that made it");
+    }
+    check_tokens(next_tokens, n);
+    DraftOutput out;
+    out.logits.resize(hp.n_vocab);
+    out.z.resize(hp.n_embd);
+    out.pools.resize(n_top_pool());
+    for (int64_t row0 = 0; row0 < n; row0 += params_.n_batch) {
+        const int64_t m = std::min<int64_t>(params_.n_batch, n - row0);
+        GraphContext gc(meta_);
+        DraftGraph g;
+        build_draft_graph(g, gc.ctx, model_, *draft_cache_, pos0 + row0, m, saved_pools ? saved_p0 : -1);
+        alloc(g.gf);
+        ggml_backend_tensor_set(g.inp_hidden, hidden + row0 * hp.n_embd, 0, m * hp.n_embd * sizeof(float));
+        ggml_backend_tensor_set(g.inp_tokens, next_tokens + row0, 0, m * sizeof(int32_t));
+        if (g.inp_saved_pools) {
+            ggml_backend_tensor_set(g.inp_saved_pools, saved_pools, 0, n_top_pool() * sizeof(int32_t));
+        }
+        set_row_scale(g.inp_row_scale, saved_pools ? g.params.kpool_saved : g.params.kpool, m);
+        compute(g.gf);
+        draft_cache_->n_past = (uint32_t) (pos0 + row0 + m);
+        if (row0 + m == n) {
+            ggml_backend_tensor_get(g.logits, out.logits.data(), 0, hp.n_vocab * sizeof(float));
+            ggml_backend_tensor_get(g.z, out.z.data(), 0, hp.n_embd * sizeof(float));
+            if (g.pools) {
+                ggml_backend_tensor_get(g.pools, out.pools.data(), (m - 1) * n_top_pool() * sizeof(int32_t),
+                                        n_top_pool() * sizeof(int32_t));
+            } else {
+                std::copy(saved_pools, saved_pools + n_top_pool(), out.pools.begin());
+            }
+        }
+    }
+    return out;
 }
 
 }  // namespace glm5next

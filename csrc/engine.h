@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "ggml-alloc.h"
@@ -28,6 +29,13 @@ struct EvalOutput {
     std::vector<std::vector<int32_t>> pools;
 };
 
+// The draft head's answer for the last of the rows it was given.
+struct DraftOutput {
+    std::vector<float> logits;   // [n_vocab]
+    std::vector<float> z;        // [n_embd] post-shared-norm output (the next step's hidden input)
+    std::vector<int32_t> pools;  // [n_top_pool] chosen pools (-1 = none); the saved ones when the step reused them
+};
+
 class Engine {
 public:
     Engine(const Model & model, const EngineParams & params);
@@ -39,18 +47,35 @@ public:
     // Throws std::invalid_argument for an empty input, a token id out of range or a context overflow.
     EvalOutput eval(const std::vector<int32_t> & tokens, bool logits_all);
 
-    void reset() { cache_.clear(); }
+    // Writes draft-head rows (hidden[i], next_tokens[i]) at positions pos0.. (hidden: [n, n_embd] row-major,
+    // post-norm trunk states or a previous step's z) into the draft cache, dropping any rows after them.
+    // With saved_pools (n must be 1) the row attends exactly the selection row saved_p0 made (index sharing).
+    // Throws std::invalid_argument if the file has no NextN layer, pos0 leaves a gap, or n_ctx is exceeded.
+    DraftOutput draft_rows(const float * hidden, const int32_t * next_tokens, int64_t n, int64_t pos0,
+                           const int32_t * saved_pools, int64_t saved_p0);
+
+    void reset() {
+        cache_.clear();
+        if (draft_cache_) draft_cache_->clear();
+    }
     uint32_t n_past() const { return cache_.n_past; }
     uint32_t n_vocab() const { return model_.hp.n_vocab; }
     uint32_t n_embd() const { return model_.hp.n_embd; }
     const EngineParams & params() const { return params_; }
 
+    bool has_draft_head() const { return draft_cache_ != nullptr; }
+    int64_t n_top_pool() const { return model_.hp.idx_top_k / model_.hp.idx_kpool; }
+
 private:
+    void alloc(ggml_cgraph * gf);
+    void compute(ggml_cgraph * gf);
+    void check_tokens(const int32_t * tokens, int64_t n) const;
     void eval_ubatch(const int32_t * tokens, int64_t n, bool logits_all, EvalOutput & out, int64_t row0);
 
     const Model & model_;
     EngineParams params_;
     SeqCache cache_;
+    std::unique_ptr<SeqCache> draft_cache_;  // the NextN layer's rows; null without one
     ggml_backend_t backend_ = nullptr;
     ggml_gallocr_t galloc_ = nullptr;
     std::vector<uint8_t> meta_;  // memory of the per-ubatch graph context (tensor and graph metadata only)

@@ -1,0 +1,59 @@
+"""Inspection of the NextN (MTP) draft head: what it drafts after a prompt, step by step (model.md, NextN draft
+head and index_share_for_mtp_iteration). The speculative round itself runs in C++."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class DraftResult:
+    tokens: list[int]          # drafted ids, one per step (greedy chain)
+    logits: np.ndarray         # float32 [n_steps, n_vocab]
+    selected: list[set[int]]   # per step: the key positions the step attended
+
+
+def selected_positions(pools: np.ndarray, pos: int, kpool: int, tail: bool) -> set[int]:
+    """Key positions a row at `pos` attends: the rows of its chosen pools (int32, -1 = none) plus, with the tail
+    on, the incomplete pool ending at `pos` (model.md, Indexer)."""
+    keys = {int(p) * kpool + i for p in pools if p >= 0 for i in range(kpool)}
+    if tail:
+        keys.update(range((pos + 1) // kpool * kpool, pos + 1))
+    return keys
+
+
+def draft(model, tokens: Sequence[int], n_steps: int, share: bool | None = None) -> DraftResult:
+    """Draft `n_steps` tokens after a prompt.
+
+    `tokens`: a prompt of T tokens followed by the token the trunk would emit next. The trunk runs over the T
+    prompt tokens (the sequence is reset first); the draft cache gets the rows (h_p, x_{p+1}) for p < T-1; step 0
+    is the row (h_{T-1}, tokens[T]) at position T-1; steps >= 1 are the rows (z_{k-1}, d_k), chained greedily.
+    `share`: None follows the file's index_share_for_mtp_iteration; True makes steps >= 1 attend exactly step 0's
+    selection; False runs the head's indexer at every step. Raises ValueError for fewer than 2 tokens, n_steps < 1
+    or a file without a NextN layer.
+    """
+    if len(tokens) < 2 or n_steps < 1:
+        raise ValueError("draft needs a prompt of >= 1 token plus the next token, and n_steps >= 1")
+    hp = model.hparams
+    if share is None:
+        share = bool(hp["index_share_mtp"])
+    kpool, tail = hp["idx_kpool"], hp["idx_select_tail"]
+    engine = model._engine
+    model.reset()
+    model.eval(list(tokens[:-1]))
+    h = np.ascontiguousarray(model.hidden, dtype=np.float32)
+    p0 = len(tokens) - 2
+    out = engine.draft_rows(h, [int(t) for t in tokens[1:]], 0)
+    saved = out["pools"]
+    result = DraftResult([], np.empty((n_steps, model.n_vocab), np.float32), [])
+    for k in range(n_steps):
+        if k > 0:
+            out = engine.draft_rows(z[None, :], [d], p0 + k, saved if share else None, p0 if share else -1)
+        d = int(np.argmax(out["logits"]))
+        z = out["z"]
+        result.tokens.append(d)
+        result.logits[k] = out["logits"]
+        result.selected.append(selected_positions(out["pools"], p0 if (share and k > 0) else p0 + k, kpool, tail))
+    return result
