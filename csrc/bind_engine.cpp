@@ -40,6 +40,32 @@ py::dict eval(Engine & e, const std::vector<int32_t> & tokens, bool logits_all) 
     return d;
 }
 
+py::dict verify(Engine & e, const std::vector<int32_t> & tokens, int64_t n_keep) {
+    EvalOutput out;
+    {
+        py::gil_scoped_release release;
+        out = e.verify(tokens, [n_keep](const EvalOutput &) { return n_keep; });
+    }
+    py::dict d;
+    d["logits"] = to_array(std::move(out.logits), out.n_logit_rows, e.n_vocab());
+    d["hidden"] = to_array(std::move(out.hidden), out.n_tokens, e.n_embd());
+    return d;
+}
+
+// Copies of a KDA layer's caches: "conv" float32 [3*inner, K-1] (q|k|v pre-conv window), "state" [n_head, d, d].
+py::dict kda_state(const Engine & e, uint32_t il) {
+    const LayerCache & c = e.cache().layer(il);
+    if (c.state == nullptr) throw std::invalid_argument("layer " + std::to_string(il) + " is not a KDA layer");
+    py::array_t<float> conv({c.conv->ne[1], c.conv->ne[0]});
+    py::array_t<float> state({c.state->ne[2], c.state->ne[1], c.state->ne[0]});
+    ggml_backend_tensor_get(c.conv, conv.mutable_data(), 0, ggml_nbytes(c.conv));
+    ggml_backend_tensor_get(c.state, state.mutable_data(), 0, ggml_nbytes(c.state));
+    py::dict d;
+    d["conv"] = conv;
+    d["state"] = state;
+    return d;
+}
+
 py::dict draft_rows(Engine & e, const py::array_t<float, py::array::c_style | py::array::forcecast> & hidden,
                     const std::vector<int32_t> & next_tokens, int64_t pos0,
                     const std::optional<std::vector<int32_t>> & saved_pools, int64_t saved_p0) {
@@ -99,6 +125,11 @@ hidden: float32 [n, n_embd] (trunk post-norm states, or the previous step's z); 
 saved_pools (with saved_p0 < pos0, n == 1): attend exactly the selection row saved_p0 made (index sharing).
 Returns a dict for the last row: "logits" float32 [n_vocab], "z" float32 [n_embd], "pools" int32 [index_topk/kpool].
 Raises ValueError without a NextN layer, for a gap after the rows written, or past n_ctx.)doc")
+        .def("verify", &glm5next::verify, py::arg("tokens"), py::arg("n_keep"),
+             R"doc(A verify pass over `tokens` (one ubatch) keeping only the first n_keep rows: KDA states and conv
+windows jump to row n_keep-1's snapshot. Returns "logits" [n, n_vocab] and "hidden" [n, n_embd] of every row.)doc")
+        .def("kda_state", &glm5next::kda_state, py::arg("layer"),
+             "Copies of KDA layer `layer`'s caches: conv float32 [3*inner, K-1], state float32 [n_head, d, d].")
         .def_property_readonly("has_draft_head", &Engine::has_draft_head)
         .def("reset", &Engine::reset, "Forget the sequence (caches cleared, n_past = 0).")
         .def_property_readonly("n_past", &Engine::n_past, "Tokens in the sequence.");

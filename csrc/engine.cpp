@@ -1,5 +1,6 @@
 #include "engine.h"
 
+#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -82,9 +83,41 @@ EvalOutput Engine::eval(const std::vector<int32_t> & tokens, bool logits_all) {
     out.hidden.resize(out.n_tokens * hp.n_embd);
     for (int64_t row0 = 0; row0 < out.n_tokens; row0 += params_.n_batch) {
         const int64_t n = std::min<int64_t>(params_.n_batch, out.n_tokens - row0);
-        eval_ubatch(tokens.data() + row0, n, logits_all, out, row0);
+        eval_ubatch(tokens.data() + row0, n, logits_all, out, row0, nullptr);
     }
     return out;
+}
+
+EvalOutput Engine::verify(const std::vector<int32_t> & tokens, const KeepRows & keep) {
+    const int64_t n = (int64_t) tokens.size();
+    if (n == 0 || n > params_.n_batch || cache_.n_past + n > cache_.n_ctx()) {
+        throw std::invalid_argument("verify: " + std::to_string(n) + " rows must be >= 1, fit one ubatch (n_batch = " +
+                                    std::to_string(params_.n_batch) + ") and the context");
+    }
+    check_tokens(tokens.data(), n);
+    EvalOutput out;
+    out.n_tokens = out.n_logit_rows = n;
+    out.logits.resize(n * model_.hp.n_vocab);
+    out.hidden.resize(n * model_.hp.n_embd);
+    eval_ubatch(tokens.data(), n, true, out, 0, &keep);
+    return out;
+}
+
+// Keeps rows [0, n_keep) of a verify pass: every KDA state jumps to its snapshot after row n_keep-1 and every conv
+// window to the K-1 pre-conv rows ending there. (CPU buffers: the graph's outputs are still in the gallocr buffer.)
+static void keep_kda_rows(const std::vector<KdaSnapshots> & snaps, const HParams & hp, int64_t n, int64_t n_keep) {
+    const int64_t d = hp.kda_head_dim, nh = hp.n_head, inner = hp.kda_inner(), K = hp.ssm_conv_kernel;
+    for (const KdaSnapshots & s : snaps) {
+        const float * state = (const float *) s.packed->data + d * nh * n + (n - n_keep) * d * d * nh;
+        std::memcpy(s.cache->state->data, state, d * d * nh * sizeof(float));
+        for (int part = 0; part < 3; ++part) {
+            for (int64_t ch = 0; ch < inner; ++ch) {
+                std::memcpy((char *) s.cache->conv->data + (part * inner + ch) * s.cache->conv->nb[1],
+                            (const char *) s.xt[part]->data + ch * s.xt[part]->nb[1] + n_keep * s.xt[part]->nb[0],
+                            (K - 1) * sizeof(float));
+            }
+        }
+    }
 }
 
 void Engine::check_tokens(const int32_t * tokens, int64_t n) const {
@@ -96,11 +129,12 @@ void Engine::check_tokens(const int32_t * tokens, int64_t n) const {
     }
 }
 
-void Engine::eval_ubatch(const int32_t * tokens, int64_t n, bool logits_all, EvalOutput & out, int64_t row0) {
+void Engine::eval_ubatch(const int32_t * tokens, int64_t n, bool logits_all, EvalOutput & out, int64_t row0,
+                         const KeepRows * keep) {
     const HParams & hp = model_.hp;
     GraphContext gc(meta_);
     TrunkGraph g;
-    build_trunk_graph(g, gc.ctx, model_, cache_, n, logits_all);
+    build_trunk_graph(g, gc.ctx, model_, cache_, n, logits_all, keep != nullptr);
     alloc(g.gf);
     ggml_backend_tensor_set(g.inp_tokens, tokens, 0, n * sizeof(int32_t));
     set_row_scale(g.inp_row_scale, g.params.kpool, n);
@@ -122,7 +156,15 @@ void Engine::eval_ubatch(const int32_t * tokens, int64_t n, bool logits_all, Eva
         dst.resize((row0 + n) * k);
         ggml_backend_tensor_get(g.selections[i], dst.data() + row0 * k, 0, n * k * sizeof(int32_t));
     }
-    cache_.n_past += (uint32_t) n;
+    int64_t n_keep = n;
+    if (keep) {
+        n_keep = (*keep)(out);
+        if (n_keep < 1 || n_keep > n) {
+            throw std::logic_error("verify: keep " + std::to_string(n_keep) + " of " + std::to_string(n) + " rows");
+        }
+        if (n_keep < n) keep_kda_rows(g.snapshots, hp, n, n_keep);
+    }
+    cache_.n_past += (uint32_t) n_keep;  // attention rows past n_past are dropped: rewritten before read
 }
 
 DraftOutput Engine::draft_rows(const float * hidden, const int32_t * next_tokens, int64_t n, int64_t pos0,

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -47,6 +48,14 @@ public:
     // Throws std::invalid_argument for an empty input, a token id out of range or a context overflow.
     EvalOutput eval(const std::vector<int32_t> & tokens, bool logits_all);
 
+    // How many leading rows of a verify pass to keep (1..n), decided from its output.
+    using KeepRows = std::function<int64_t(const EvalOutput &)>;
+
+    // A verify pass (runtime.md, draft-MTP round): evaluates `tokens` (one ubatch) with per-row KDA snapshots,
+    // then keeps only the first keep(output) rows: KDA conv windows and states jump to that row's snapshot (no
+    // replay) and the attention rows after it are dropped. Returns logits and hidden of every row.
+    EvalOutput verify(const std::vector<int32_t> & tokens, const KeepRows & keep);
+
     // Writes draft-head rows (hidden[i], next_tokens[i]) at positions pos0.. (hidden: [n, n_embd] row-major,
     // post-norm trunk states or a previous step's z) into the draft cache, dropping any rows after them.
     // With saved_pools (n must be 1) the row attends exactly the selection row saved_p0 made (index sharing).
@@ -64,13 +73,15 @@ public:
     const EngineParams & params() const { return params_; }
 
     bool has_draft_head() const { return draft_cache_ != nullptr; }
+    const SeqCache & cache() const { return cache_; }
     int64_t n_top_pool() const { return model_.hp.idx_top_k / model_.hp.idx_kpool; }
 
 private:
     void alloc(ggml_cgraph * gf);
     void compute(ggml_cgraph * gf);
     void check_tokens(const int32_t * tokens, int64_t n) const;
-    void eval_ubatch(const int32_t * tokens, int64_t n, bool logits_all, EvalOutput & out, int64_t row0);
+    void eval_ubatch(const int32_t * tokens, int64_t n, bool logits_all, EvalOutput & out, int64_t row0,
+                     const KeepRows * keep);
 
     const Model & model_;
     EngineParams params_;

@@ -72,12 +72,14 @@ ggml_tensor * BlockBuilder::moe(ggml_tensor * x, const LayerWeights & w, int il)
 }
 
 // Causal depthwise conv (kernel K) of one of q/k/v, with its window carried in the cache, then SiLU.
-ggml_tensor * BlockBuilder::conv(ggml_tensor * x, ggml_tensor * proj, ggml_tensor * kernel, ggml_tensor * conv_cache, int part) const {
+ggml_tensor * BlockBuilder::conv(ggml_tensor * x, ggml_tensor * proj, ggml_tensor * kernel, ggml_tensor * conv_cache, int part,
+                                 ggml_tensor ** xt_out) const {
     const int64_t inner = hp.kda_inner(), K = hp.ssm_conv_kernel;
     ggml_tensor * window = ggml_view_2d(ctx, conv_cache, K - 1, inner, conv_cache->nb[1], part * inner * conv_cache->nb[1]);
     ggml_tensor * xt = ggml_concat(ctx, window, ggml_transpose(ctx, ggml_mul_mat(ctx, proj, x)), 0);  // [K-1+T, inner]
     ggml_tensor * tail = ggml_view_2d(ctx, xt, K - 1, inner, xt->nb[1], T * xt->nb[0]);
     ggml_build_forward_expand(gf, ggml_cpy(ctx, tail, window));
+    *xt_out = xt;
     ggml_tensor * y = ggml_ssm_conv(ctx, ggml_reshape_3d(ctx, xt, K - 1 + T, inner, 1), ggml_reshape_2d(ctx, kernel, K, inner));
     return ggml_silu(ctx, ggml_reshape_2d(ctx, y, inner, T));
 }
@@ -87,9 +89,11 @@ ggml_tensor * BlockBuilder::kda(ggml_tensor * x, const LayerWeights & w, const L
     const int64_t d = hp.kda_head_dim, nh = hp.n_head;
     // q and k are L2-normalized per head as x / sqrt(sum x^2 + 1e-6) == rms_norm(x, 1e-6/d) / sqrt(d)
     auto l2 = [&](ggml_tensor * t) { return ggml_scale(ctx, ggml_rms_norm(ctx, t, 1e-6f / d), 1.0f / std::sqrt((float) d)); };
-    ggml_tensor * q = l2(ggml_reshape_4d(ctx, conv(x, w.wq, w.conv_q, c.conv, 0), d, nh, T, 1));
-    ggml_tensor * k = l2(ggml_reshape_4d(ctx, conv(x, w.wk, w.conv_k, c.conv, 1), d, nh, T, 1));
-    ggml_tensor * v = ggml_reshape_4d(ctx, conv(x, w.wv, w.conv_v, c.conv, 2), d, nh, T, 1);
+    KdaSnapshots snap;
+    snap.cache = &c;
+    ggml_tensor * q = l2(ggml_reshape_4d(ctx, conv(x, w.wq, w.conv_q, c.conv, 0, &snap.xt[0]), d, nh, T, 1));
+    ggml_tensor * k = l2(ggml_reshape_4d(ctx, conv(x, w.wk, w.conv_k, c.conv, 1, &snap.xt[1]), d, nh, T, 1));
+    ggml_tensor * v = ggml_reshape_4d(ctx, conv(x, w.wv, w.conv_v, c.conv, 2, &snap.xt[2]), d, nh, T, 1);
 
     ggml_tensor * f = ggml_add(ctx, ggml_mul_mat(ctx, w.ssm_f_b, ggml_mul_mat(ctx, w.ssm_f_a, x)), w.ssm_dt_b);
     f = ggml_reshape_4d(ctx, f, d, nh, T, 1);
@@ -103,7 +107,12 @@ ggml_tensor * BlockBuilder::kda(ggml_tensor * x, const LayerWeights & w, const L
     ggml_tensor * beta = ggml_reshape_4d(ctx, ggml_sigmoid(ctx, ggml_mul_mat(ctx, w.ssm_beta, x)), 1, nh, T, 1);
     ggml_tensor * state = ggml_reshape_4d(ctx, c.state, d, d, nh, 1);
 
-    ggml_tensor * packed = ggml_gated_delta_net(ctx, q, k, v, gate, beta, state, 1);
+    ggml_tensor * packed = ggml_gated_delta_net(ctx, q, k, v, gate, beta, state, snapshots ? T : 1);
+    if (snapshots) {
+        snap.packed = packed;
+        for (ggml_tensor * t : {snap.packed, snap.xt[0], snap.xt[1], snap.xt[2]}) ggml_set_output(t);
+        snapshots->push_back(snap);
+    }
     ggml_tensor * o = ggml_view_3d(ctx, packed, d, nh, T, d * sizeof(float), d * nh * sizeof(float), 0);
     ggml_tensor * new_state = ggml_view_1d(ctx, packed, d * d * nh, d * nh * T * sizeof(float));
     ggml_build_forward_expand(gf, ggml_cpy(ctx, new_state, ggml_reshape_1d(ctx, c.state, d * d * nh)));

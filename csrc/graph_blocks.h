@@ -2,6 +2,8 @@
 // dense and MoE SwiGLU FFN. The trunk graph (graph_trunk.cpp) and the NextN draft head (graph_draft.cpp) share them.
 #pragma once
 
+#include <vector>
+
 #include "kv_cache.h"
 #include "model.h"
 #include "select_ops.h"
@@ -21,6 +23,14 @@ struct Selection {
     ggml_tensor * mask = nullptr;
 };
 
+// What a verify pass keeps of each KDA layer so that any prefix of its rows can be committed without replay:
+// the recurrent state after every row and the pre-conv rows from which any row's conv window is cut.
+struct KdaSnapshots {
+    const LayerCache * cache = nullptr;
+    ggml_tensor * packed = nullptr;        // ggml_gated_delta_net output: outputs, then one state per row (slot s = s rows back)
+    ggml_tensor * xt[3] = {nullptr, nullptr, nullptr};  // q|k|v pre-conv rows [K-1+T, inner], the old window first
+};
+
 class BlockBuilder {
 public:
     // `n_rows` rows at positions n_past..n_past+n_rows-1; `row_scale` f32 [1, n_rows] zeroes rows that select no
@@ -28,6 +38,9 @@ public:
     BlockBuilder(ggml_context * ctx, ggml_cgraph * gf, const HParams & hp, GraphParams & params, int64_t n_rows,
                  int64_t n_past, ggml_tensor * row_scale)
         : ctx(ctx), gf(gf), hp(hp), params(params), T(n_rows), n_past(n_past), row_scale(row_scale) {}
+
+    // Keep per-row KDA snapshots in `out` (verify passes).
+    void keep_snapshots(std::vector<KdaSnapshots> * out) { snapshots = out; }
 
     ggml_tensor * rms(ggml_tensor * x, ggml_tensor * w) const;
 
@@ -44,7 +57,8 @@ public:
                       Selection & sel) const;
 
 private:
-    ggml_tensor * conv(ggml_tensor * x, ggml_tensor * proj, ggml_tensor * kernel, ggml_tensor * conv_cache, int part) const;
+    ggml_tensor * conv(ggml_tensor * x, ggml_tensor * proj, ggml_tensor * kernel, ggml_tensor * conv_cache, int part,
+                       ggml_tensor ** xt_out) const;
     ggml_tensor * indexer(ggml_tensor * x, ggml_tensor * qr, const LayerWeights & w, const LayerCache & c) const;
 
     ggml_context * ctx;
@@ -54,6 +68,7 @@ private:
     int64_t T;
     int64_t n_past;
     ggml_tensor * row_scale;
+    std::vector<KdaSnapshots> * snapshots = nullptr;
 };
 
 }  // namespace glm5next

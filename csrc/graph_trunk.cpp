@@ -9,7 +9,7 @@ size_t graph_size(const Model & model) {
 }
 
 void build_trunk_graph(TrunkGraph & g, ggml_context * ctx, const Model & model, const SeqCache & cache,
-                       int64_t n_tokens, bool all_logits) {
+                       int64_t n_tokens, bool all_logits, bool snapshots) {
     const HParams & hp = model.hp;
     const int64_t n_past = cache.n_past;
     g.gf = ggml_new_graph_custom(ctx, graph_size(model), false);
@@ -25,6 +25,10 @@ void build_trunk_graph(TrunkGraph & g, ggml_context * ctx, const Model & model, 
         ggml_set_input(g.inp_row_scale);
     }
     BlockBuilder b(ctx, g.gf, hp, g.params, n_tokens, n_past, g.inp_row_scale);
+    g.snapshots.clear();
+    if (snapshots) {
+        b.keep_snapshots(&g.snapshots);
+    }
 
     const int64_t hc = hp.hc_mult, n_embd = hp.n_embd;
     ggml_tensor * x = ggml_get_rows(ctx, model.tok_embd, g.inp_tokens);  // [n_embd, T]

@@ -20,13 +20,15 @@ struct TrunkGraph {
     ggml_tensor * hidden = nullptr;         // f32 [n_embd, n_tokens] post-norm hidden (the draft head's input)
     std::vector<int> dsa_layers;            // trunk DSA layers, in order
     std::vector<ggml_tensor *> selections;  // per DSA layer: i32 [n_top_pool, n_tokens] chosen pools
+    std::vector<KdaSnapshots> snapshots;    // per KDA layer, when built for a verify pass
     GraphParams params;
 };
 
 // Builds into `g` the graph of `n_tokens` rows at positions cache.n_past.. of the trunk. `ctx` must be a
-// no_alloc context with room for the graph. `all_logits` = false keeps only the last row's logits.
+// no_alloc context with room for the graph. `all_logits` = false keeps only the last row's logits; `snapshots`
+// keeps per-row KDA snapshots (a verify pass, whose rows may be kept only in part).
 void build_trunk_graph(TrunkGraph & g, ggml_context * ctx, const Model & model, const SeqCache & cache,
-                       int64_t n_tokens, bool all_logits);
+                       int64_t n_tokens, bool all_logits, bool snapshots = false);
 
 // Nodes a glm5next graph (trunk or draft head) needs at most, for sizing the context and the graph.
 size_t graph_size(const Model & model);
