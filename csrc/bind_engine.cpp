@@ -132,5 +132,6 @@ windows jump to row n_keep-1's snapshot. Returns "logits" [n, n_vocab] and "hidd
              "Copies of KDA layer `layer`'s caches: conv float32 [3*inner, K-1], state float32 [n_head, d, d].")
         .def_property_readonly("has_draft_head", &Engine::has_draft_head)
         .def("reset", &Engine::reset, "Forget the sequence (caches cleared, n_past = 0).")
-        .def_property_readonly("n_past", &Engine::n_past, "Tokens in the sequence.");
+        .def_property_readonly("n_past", &Engine::n_past, "Tokens in the sequence.")
+        .def_property_readonly("tokens", &Engine::tokens, "The sequence's tokens (one per trunk row), a copy.");
 }

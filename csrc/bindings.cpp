@@ -12,6 +12,8 @@ namespace py = pybind11;
 
 void bind_model(py::module_ & mod);   // bind_model.cpp
 void bind_engine(py::module_ & mod);  // bind_engine.cpp
+void bind_sampling(py::module_ & mod);  // bind_sampling.cpp
+void bind_generator(py::module_ & mod);  // bind_generator.cpp
 
 // c_style: non-contiguous inputs are copied to row-major. No forcecast, so
 // float64 input is rejected (TypeError) instead of silently losing precision.
@@ -66,4 +68,6 @@ Raises:
 
     bind_model(mod);
     bind_engine(mod);
+    bind_sampling(mod);
+    bind_generator(mod);
 }

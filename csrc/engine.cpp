@@ -165,6 +165,7 @@ void Engine::eval_ubatch(const int32_t * tokens, int64_t n, bool logits_all, Eva
         if (n_keep < n) keep_kda_rows(g.snapshots, hp, n, n_keep);
     }
     cache_.n_past += (uint32_t) n_keep;  // attention rows past n_past are dropped: rewritten before read
+    tokens_.insert(tokens_.end(), tokens, tokens + n_keep);
 }
 
 DraftOutput Engine::draft_rows(const float * hidden, const int32_t * next_tokens, int64_t n, int64_t pos0,

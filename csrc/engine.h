@@ -65,14 +65,17 @@ public:
 
     void reset() {
         cache_.clear();
+        tokens_.clear();
         if (draft_cache_) draft_cache_->clear();
     }
     uint32_t n_past() const { return cache_.n_past; }
+    const std::vector<int32_t> & tokens() const { return tokens_; }  // the sequence's tokens, one per trunk row
     uint32_t n_vocab() const { return model_.hp.n_vocab; }
     uint32_t n_embd() const { return model_.hp.n_embd; }
     const EngineParams & params() const { return params_; }
 
     bool has_draft_head() const { return draft_cache_ != nullptr; }
+    bool index_share_mtp() const { return model_.hp.index_share_mtp; }
     const SeqCache & cache() const { return cache_; }
     int64_t n_top_pool() const { return model_.hp.idx_top_k / model_.hp.idx_kpool; }
 
@@ -86,7 +89,8 @@ private:
     const Model & model_;
     EngineParams params_;
     SeqCache cache_;
-    std::unique_ptr<SeqCache> draft_cache_;  // the NextN layer's rows; null without one
+    std::unique_ptr<SeqCache> draft_cache_;
+    std::vector<int32_t> tokens_;  // the NextN layer's rows; null without one
     ggml_backend_t backend_ = nullptr;
     ggml_gallocr_t galloc_ = nullptr;
     std::vector<uint8_t> meta_;  // memory of the per-ubatch graph context (tensor and graph metadata only)

@@ -8,10 +8,13 @@ from typing import Any
 import numpy as np
 
 from . import _core
+from .generate import GenerationResult, GenerationStream, decode
 from .placement import CPU, plan_placement
 from .tokenizer import Tokenizer
 
-SUPPORTED_TOKENIZERS = {"gpt2": ("glm4",)}  # tokenizer.ggml.model -> accepted tokenizer.ggml.pre
+SUPPORTED_TOKENIZERS = {"gpt2": ("glm4",)}
+SPEC_TYPES = ("draft-mtp", "none")
+INDEX_SHARE = {"auto": -1, "off": 0, "on": 1}  # tokenizer.ggml.model -> accepted tokenizer.ggml.pre
 
 
 def offload_devices() -> list[str]:
@@ -49,14 +52,21 @@ class Model:
         n_batch: prompt tokens per forward pass (-b), >= 1.
         override_kv: llama.cpp --override-kv "KEY=TYPE:VALUE" strings (see _core.Model).
         n_gpu_layers, cpu_moe, n_cpu_moe, override_tensor: placement as in llama-server (see placement.py).
+        spec_type: "draft-mtp" (speculate with the file's NextN layer), "none", or None: draft-mtp when the file
+            has a NextN layer, else none.
+        draft_n_max, draft_n_min, draft_p_min: drafts per round, the shortest draft worth verifying, and the draft
+            probability below which drafting stops (runtime.md, draft-MTP round).
+        spec_index_share: "auto" (the file's index_share_for_mtp_iteration), "on" or "off".
     Raises:
         ValueError: a malformed file, key, tensor, override or placement rule (the message names it), a
-            non-positive n_ctx / n_batch / n_threads, or a tokenizer this runtime does not implement.
+            non-positive n_ctx / n_batch / n_threads, a tokenizer this runtime does not implement, or
+            spec_type "draft-mtp" for a file without a NextN layer.
     """
 
     def __init__(self, path: str | os.PathLike, n_ctx: int = 4096, n_threads: int | None = None, n_batch: int = 512,
                  override_kv: Sequence[str] = (), n_gpu_layers: int = 0, cpu_moe: bool = False, n_cpu_moe: int = 0,
-                 override_tensor: Sequence[str] = ()):
+                 override_tensor: Sequence[str] = (), spec_type: str | None = None, draft_n_max: int = 3,
+                 draft_n_min: int = 0, draft_p_min: float = 0.0, spec_index_share: str = "auto"):
         for name, value in (("n_ctx", n_ctx), ("n_batch", n_batch), ("n_threads", n_threads)):
             if value is not None and value < 1:
                 raise ValueError(f"{name} = {value}: must be >= 1")
@@ -70,6 +80,16 @@ class Model:
         self._placement = self._plan()  # plan at load so a bad -ot rule fails here, naming it
         self._engine = _core.Engine(self._core, n_ctx, n_batch, self.n_threads)
         self._last: dict | None = None
+        has_nextn = self._engine.has_draft_head
+        self.spec_type = spec_type or ("draft-mtp" if has_nextn else "none")
+        if self.spec_type not in SPEC_TYPES:
+            raise ValueError(f"spec_type {spec_type!r}: expected one of {', '.join(SPEC_TYPES)}")
+        if self.spec_type == "draft-mtp" and not has_nextn:
+            raise ValueError(f"{path}: spec_type draft-mtp needs a NextN layer, and the file has none")
+        if spec_index_share not in INDEX_SHARE:
+            raise ValueError(f"spec_index_share {spec_index_share!r}: expected auto, on or off")
+        self.spec = dict(n_max=draft_n_max if self.spec_type == "draft-mtp" else 0, n_min=draft_n_min,
+                         p_min=draft_p_min, index_share=INDEX_SHARE[spec_index_share])
 
     def eval(self, tokens: Sequence[int], logits_all: bool = False) -> np.ndarray:
         """Append `tokens` to the sequence and run the trunk over them (prefill in ubatches of n_batch).
@@ -156,6 +176,44 @@ class Model:
     def detokenize(self, ids: Sequence[int]) -> str:
         """Text of `ids`. Raises ValueError for an id outside the vocab."""
         return self.tokenizer.decode(ids)
+
+    def generate(self, prompt: str | Sequence[int], max_tokens: int = 128, temperature: float = 0.8, top_k: int = 40,
+                 top_p: float = 0.95, min_p: float = 0.05, seed: int | None = None,
+                 stop: str | Sequence[str] | None = None, stream: bool = False,
+                 spec_n_max: int | None = None) -> GenerationResult | GenerationStream:
+        """Continue `prompt`: reset the sequence, evaluate the prompt, then sample one token at a time.
+
+        prompt: text (tokenized with add_special=True, as llama-server does, and control tokens parsed) or ids.
+        max_tokens: most tokens to generate (0: evaluate the prompt only).
+        temperature, top_k, top_p, min_p, seed: the sampler (see _core.Sampler; temperature <= 0 is greedy, seed
+            None draws one). The same seed and settings give the same tokens.
+        stop: string(s) that end the generation; the first one to appear and all after it are left out of the text.
+        spec_n_max: drafts per round for this call (0 = no speculation); None keeps the model's setting.
+        Generation also ends at an eos / eot / eom token (not returned) and before the context overflows.
+        Returns a GenerationResult, or with stream=True a GenerationStream: an iterator of text pieces (complete
+        UTF-8 only, stop strings held back while they may still form) whose `result` is set once it is exhausted.
+        Raises ValueError (before anything runs) for an empty prompt, a prompt longer than n_ctx, an id outside the
+        vocab, max_tokens < 0, an empty stop string or invalid sampler settings.
+        """
+        ids = self.tokenize(prompt, add_special=True) if isinstance(prompt, str) else [int(t) for t in prompt]
+        if not ids:
+            raise ValueError("prompt is empty: generation needs at least one token to continue")
+        if len(ids) > self.n_ctx:
+            raise ValueError(f"prompt has {len(ids)} tokens, more than the context holds (n_ctx = {self.n_ctx})")
+        if bad := [t for t in ids if not 0 <= t < self.n_vocab]:
+            raise ValueError(f"prompt: token id {bad[0]} is outside the vocab [0, {self.n_vocab})")
+        if max_tokens < 0:
+            raise ValueError(f"max_tokens = {max_tokens}: must be >= 0")
+        stops = [stop] if isinstance(stop, str) else list(stop or ())
+        if not all(isinstance(s, str) and s for s in stops):
+            raise ValueError(f"stop = {stop!r}: stop strings must be non-empty str")
+        if seed is None:
+            seed = int.from_bytes(os.urandom(8), "little")
+        n_max = self.spec["n_max"] if spec_n_max is None else spec_n_max
+        generator = _core.Generator(self._engine, **{**self.spec, "n_max": n_max}, temperature=temperature,
+                                    top_k=top_k, top_p=top_p, min_p=min_p, seed=seed)
+        pieces = GenerationStream(decode(self, ids, max_tokens, generator, stops))
+        return pieces if stream else pieces.finish()
 
     def placement(self) -> dict[str, str]:
         """Tensor name -> device name ("CPU", "CUDA0", ...) under this model's placement settings."""

@@ -92,6 +92,10 @@ class CheckpointSpec:
     dtype: str = "bf16"               # bf16 | f32 | fp8 (e4m3 + 128x128 block scales) | fp8-grid
     shards: int = 1
     vision: bool = True
+    # "predictable" weights (speculation tests): every block's output projection is scaled by this factor and the
+    # draft head sees the token the trunk saw, so the NextN head predicts what the trunk will say next, except
+    # where the (scaled) blocks change the trunk's mind. None = plain random weights.
+    predictable: float | None = None
     extra_text_config: dict = field(default_factory=dict)
 
     @property
@@ -112,6 +116,8 @@ PRESETS: dict[str, dict] = {
     # many experts: peak-memory measurement of the converter (one layer's experts at a time)
     "many-experts": {"hidden_size": 256, "num_hidden_layers": 4, "n_routed_experts": 256,
                      "moe_intermediate_size": 256, "intermediate_size": 512, "num_experts_per_tok": 8},
+    # the NextN head mostly predicts the trunk's next token: speculation accepts some drafts (tests)
+    "predictable": {"predictable": 0.03},
     # decode is memory-bound at this size (issue 3 benchmark): q8_0 file ~750 MB
     "bench": {"hidden_size": 1024, "num_hidden_layers": 12, "layer_pattern": "KKKD" * 3,
               "num_attention_heads": 8, "linear_head_dim": 128, "q_lora_rank": 256, "kv_lora_rank": 512,
@@ -394,6 +400,23 @@ def _dequant(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     return q.float() * rep[: q.shape[0], : q.shape[1]]
 
 
+def _make_predictable(s: CheckpointSpec, t: dict[str, torch.Tensor]) -> None:
+    """Blocks write only `predictable`-scaled outputs into the residual streams, so the trunk's next-token logits
+    are nearly lm_head(norm(E[x_p])) (comb is doubly stochastic, so equal streams stay equal); the NextN head's
+    eh_proj passes the embedding half through and its norms are 1, so its logits are nearly
+    lm_head(norm(E[x_{p+1}])): the trunk's prediction one step ahead."""
+    out_proj = ("o_proj.weight", "down_proj.weight")
+    for name in t:
+        if name.endswith(out_proj) and ".layers." in name:
+            t[name] = t[name] * s.predictable
+        if name.endswith(("norm.weight", "enorm.weight", "hnorm.weight")) and "layernorm" not in name:
+            t[name] = torch.ones_like(t[name])
+    h = s.hidden_size
+    nextn = f"model.language_model.layers.{s.num_hidden_layers}."
+    if nextn + "eh_proj.weight" in t:
+        t[nextn + "eh_proj.weight"] = torch.cat([torch.eye(h), torch.zeros(h, h)], dim=1)
+
+
 def _all_tensors(s: CheckpointSpec) -> dict[str, torch.Tensor]:
     rng = _Init(s.seed)
     t = {"model.language_model.embed_tokens.weight": rng.normal(s.vocab_size, s.hidden_size)}
@@ -406,6 +429,8 @@ def _all_tensors(s: CheckpointSpec) -> dict[str, torch.Tensor]:
     t["lm_head.weight"] = rng.linear(s.vocab_size, s.hidden_size)
     if s.vision and not s.flat_config:
         t |= _vision_weights(s)
+    if s.predictable is not None:
+        _make_predictable(s, t)
     return _finalize(s, t)
 
 

@@ -1,0 +1,154 @@
+#include "speculative.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <stdexcept>
+
+namespace glm5next {
+
+namespace {
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+Generator::Generator(Engine & engine, const SpecParams & spec, const SamplerParams & sampling)
+    : engine_(engine), spec_(spec), sampler_(sampling) {
+    if (spec_.n_max < 0 || spec_.n_max + 1 > (int) engine.params().n_batch) {
+        throw std::invalid_argument("spec n_max = " + std::to_string(spec_.n_max) + ": must be >= 0 and < n_batch");
+    }
+    if (spec_.n_max > 0 && !engine.has_draft_head()) {
+        throw std::invalid_argument("draft-mtp needs the NextN layer, which this file lacks (nextn_predict_layers = 0)");
+    }
+    share_ = spec_.index_share < 0 ? engine.index_share_mtp() : spec_.index_share > 0;
+    stats_.drafted_at.assign(spec_.n_max, 0);
+    stats_.accepted_at.assign(spec_.n_max, 0);
+}
+
+Generator::Draft Generator::draft(int64_t p0, int64_t n_max) {
+    Draft d;
+    std::vector<float> q;
+    const int64_t n_vocab = engine_.n_vocab();
+    DraftOutput out = engine_.draft_rows(pending_h_.data(), pending_x_.data(), (int64_t) pending_x_.size(),
+                                         pending_pos_, nullptr, -1);
+    const std::vector<int32_t> saved = out.pools;  // S(p0), the selection of step 0
+    for (int64_t k = 0; k < n_max; ++k) {
+        if (k > 0) {
+            const int32_t prev = d.tokens.back();
+            out = engine_.draft_rows(out.z.data(), &prev, 1, p0 + k, share_ ? saved.data() : nullptr, share_ ? p0 : -1);
+        }
+        sampler_.distribution(out.logits.data(), n_vocab, q);
+        if (*std::max_element(q.begin(), q.end()) < spec_.p_min) {
+            break;
+        }
+        d.tokens.push_back(sampler_.greedy() ? (int32_t) (std::max_element(q.begin(), q.end()) - q.begin())
+                                             : sampler_.sample_from(q));
+        d.q.push_back(q);
+    }
+    return d;
+}
+
+int64_t Generator::synthetic_keep(int64_t n_drafts) {
+    const float a = std::min<float>(spec_.synthetic_accepted, (float) n_drafts);
+    const int64_t lo = (int64_t) std::floor(a);
+    const double frac = a - (double) lo;
+    const bool up = double(synthetic_rng_() >> 11) * 0x1.0p-53 < frac;
+    return std::min<int64_t>(n_drafts, lo + (up ? 1 : 0)) + 1;
+}
+
+int32_t Generator::start(const std::vector<int32_t> & prompt) {
+    const int64_t n_embd = engine_.n_embd();
+    engine_.reset();
+    started_ = false;
+    stats_ = SpecStats();
+    stats_.drafted_at.assign(spec_.n_max, 0);
+    stats_.accepted_at.assign(spec_.n_max, 0);
+    stats_.n_prompt = (int64_t) prompt.size();
+    const auto t0 = std::chrono::steady_clock::now();
+    EvalOutput out = engine_.eval(prompt, false);
+    stats_.prompt_ms = ms_since(t0);
+
+    // Draft rows (h_p, x_{p+1}) wait to be written with the next step 0: the prompt's, from position 0.
+    pending_pos_ = 0;
+    pending_h_.clear();
+    pending_x_.clear();
+    if (spec_.n_max > 0) {
+        pending_h_.assign(out.hidden.begin(), out.hidden.end() - n_embd);
+        pending_x_.assign(prompt.begin() + 1, prompt.end());
+    }
+    h_last_.assign(out.hidden.end() - n_embd, out.hidden.end());
+    next_ = sampler_.sample(out.logits.data(), engine_.n_vocab());
+    started_ = true;
+    return next_;
+}
+
+int64_t Generator::room() const {
+    return started_ ? (int64_t) engine_.cache().n_ctx() - (int64_t) engine_.n_past() : 0;
+}
+
+std::vector<int32_t> Generator::step() {
+    using clock = std::chrono::steady_clock;
+    if (room() <= 0) {
+        throw std::invalid_argument(started_ ? "the context is full" : "step() before start()");
+    }
+    const int64_t n_embd = engine_.n_embd(), n_vocab = engine_.n_vocab();
+    const int64_t P = engine_.n_past(), p0 = P - 1;
+    Draft d;
+    if (spec_.n_max > 0) {  // step 0 is the row (h_p0, next); the pending rows before it are written with it
+        pending_h_.insert(pending_h_.end(), h_last_.begin(), h_last_.end());
+        pending_x_.push_back(next_);
+        const auto t0 = clock::now();
+        d = draft(p0, std::min<int64_t>(spec_.n_max, room() - 1));
+        stats_.draft_ms += ms_since(t0);
+        if ((int64_t) d.tokens.size() < spec_.n_min) d = Draft();
+    }
+
+    std::vector<int32_t> batch = {next_};
+    batch.insert(batch.end(), d.tokens.begin(), d.tokens.end());
+    std::vector<int32_t> emitted;  // accepted drafts, then the target's token
+    const auto t0 = clock::now();
+    EvalOutput v = engine_.verify(batch, [&](const EvalOutput & vo) -> int64_t {
+        const int64_t n_d = (int64_t) d.tokens.size();
+        if (spec_.synthetic_accepted >= 0 && n_d > 0) {
+            const int64_t keep = synthetic_keep(n_d);
+            emitted.assign(d.tokens.begin(), d.tokens.begin() + (keep - 1));
+            emitted.push_back(sampler_.sample(vo.logits.data() + (keep - 1) * n_vocab, n_vocab));
+            return keep;
+        }
+        for (int64_t i = 0; i < n_d; ++i) {
+            sampler_.distribution(vo.logits.data() + i * n_vocab, n_vocab, p_);
+            if (!sampler_.accept_draft(p_, d.q[i], d.tokens[i])) {
+                emitted.push_back(sampler_.sample_residual(p_, d.q[i]));
+                return i + 1;
+            }
+            emitted.push_back(d.tokens[i]);
+        }
+        emitted.push_back(sampler_.sample(vo.logits.data() + n_d * n_vocab, n_vocab));  // the bonus token
+        return n_d + 1;
+    });
+    stats_.verify_ms += ms_since(t0);
+
+    const int64_t n_acc = (int64_t) emitted.size() - 1;
+    if (!d.tokens.empty()) {
+        ++stats_.n_rounds;
+        stats_.n_drafted += (int64_t) d.tokens.size();
+        stats_.n_accepted += n_acc;
+        for (size_t i = 0; i < d.tokens.size(); ++i) ++stats_.drafted_at[i];
+        for (int64_t i = 0; i < n_acc; ++i) ++stats_.accepted_at[i];
+    }
+    if (spec_.n_max > 0) {
+        // The accepted rows' draft rows are rewritten from the trunk's hidden states (row P+i pairs verify row i
+        // with x_{P+i+1}); the provisional rows after them are dropped.
+        pending_pos_ = P;
+        pending_h_.assign(v.hidden.begin(), v.hidden.begin() + n_acc * n_embd);
+        pending_x_.assign(emitted.begin(), emitted.begin() + n_acc);
+    }
+    h_last_.assign(v.hidden.begin() + n_acc * n_embd, v.hidden.begin() + (n_acc + 1) * n_embd);
+    next_ = emitted.back();
+    return emitted;
+}
+
+}  // namespace glm5next

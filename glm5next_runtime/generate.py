@@ -1,0 +1,173 @@
+"""Text generation over a Model (Model.generate): the decode loop, the text it may show while streaming, and
+its result."""
+from __future__ import annotations
+
+import codecs
+import time
+from collections.abc import Generator, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from . import _core
+    from .model import Model
+
+END_OF_GENERATION = ("eos", "eot", "eom")  # Tokenizer.special_ids names whose token ends a generation
+
+
+@dataclass
+class GenerationResult:
+    """What one generation produced.
+
+    text: the generated text, cut before the first stop string.
+    tokens: the generated ids, prompt excluded, in order; the end-of-generation token is not among them, but the
+        tokens that spelled a stop string are (text and tokens then differ by that string).
+    finish_reason: "stop" (an end-of-generation token or a stop string) or "length" (max_tokens or n_ctx reached).
+    metrics: n_prompt_tokens, n_generated (= len(tokens)), prompt_ms (prompt eval), decode_ms (the generation
+        rounds: drafting, verifying, sampling), prompt_tokens_per_s, decode_tokens_per_s (0.0 when nothing was
+        generated), and the draft-MTP counters n_drafts (rounds that carried drafts), n_drafted, n_accepted,
+        acceptance_per_position, mean_accepted_length (accepted drafts + 1 per round), draft_ms, verify_ms.
+    """
+
+    text: str
+    tokens: list[int]
+    finish_reason: str
+    metrics: dict[str, float]
+
+
+class TextStream:
+    """Token bytes in, text pieces out that are safe to show: complete UTF-8 characters only (a character may be
+    split across tokens), nothing from the first stop string on, and any tail that could still grow into a stop
+    string held back until it either completes one (dropped) or cannot anymore (shown)."""
+
+    def __init__(self, stop: Sequence[str] = ()):
+        """stop: non-empty stop strings."""
+        self._stop = tuple(stop)
+        self._longest = max((len(s) for s in self._stop), default=0)
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._pending = ""  # decoded, not yet shown
+        self.stopped = False  # a stop string completed; feed and flush return "" from then on
+
+    def feed(self, data: bytes) -> str:
+        """Add one token's bytes; return the text that became safe to show (often "")."""
+        if self.stopped:
+            return ""
+        self._pending += self._decoder.decode(data)
+        # A stop string may start in held-back text and end in this piece, so search all pending text.
+        hits = [i for s in self._stop if (i := self._pending.find(s)) >= 0]
+        if hits:
+            self.stopped = True
+            out, self._pending = self._pending[:min(hits)], ""
+            return out
+        cut = len(self._pending) - self._held_back()
+        out, self._pending = self._pending[:cut], self._pending[cut:]
+        return out
+
+    def flush(self) -> str:
+        """The held-back rest, at the end of generation. An incomplete UTF-8 tail becomes U+FFFD, as in
+        Tokenizer.decode."""
+        if self.stopped:
+            return ""
+        out, self._pending = self._pending + self._decoder.decode(b"", final=True), ""
+        return out
+
+    def _held_back(self) -> int:
+        """Length of the longest tail of the pending text that is a proper prefix of a stop string."""
+        for n in range(min(len(self._pending), self._longest - 1), 0, -1):
+            tail = self._pending[-n:]
+            if any(s.startswith(tail) for s in self._stop):
+                return n
+        return 0
+
+
+class GenerationStream(Iterator[str]):
+    """The text pieces of a generation, produced as it is iterated (complete UTF-8 only; their concatenation is
+    the result's text). `result` is the GenerationResult once the iterator is exhausted, None before. The model
+    belongs to the stream until then: another call on it meanwhile corrupts the generation."""
+
+    def __init__(self, pieces: Generator[str, None, GenerationResult]):
+        self._pieces = pieces
+        self.result: GenerationResult | None = None
+
+    def __next__(self) -> str:
+        try:
+            return next(self._pieces)
+        except StopIteration as done:
+            if self.result is None:
+                self.result = done.value
+            raise
+
+    def finish(self) -> GenerationResult:
+        """Run the generation to its end and return its result."""
+        for _ in self:
+            pass
+        assert self.result is not None
+        return self.result
+
+
+def decode(model: Model, prompt: list[int], max_tokens: int, generator: _core.Generator,
+           stop: Sequence[str]) -> Generator[str, None, GenerationResult]:
+    """Run `generator` (which resets the model's sequence) on `prompt` (checked: non-empty ids that fit in n_ctx)
+    until an end-of-generation token, a stop string, max_tokens, or a full context. Each round of the C++ loop
+    emits one or more tokens (accepted drafts, then the target's). Yields text pieces (see TextStream); returns
+    the GenerationResult."""
+    special = model.tokenizer.special_ids
+    end_ids = {special[name] for name in END_OF_GENERATION if name in special}
+    text = TextStream(stop)
+    pieces: list[str] = []
+    tokens: list[int] = []
+    finish = "length"
+    # Every generated token must fit in the context, so that it can be evaluated (e.g. to continue the sequence).
+    max_tokens = min(max_tokens, model.n_ctx - len(prompt))
+    if max_tokens == 0:
+        generator.start(prompt)
+        return GenerationResult("", [], finish, _metrics(generator.stats, 0, 0.0))
+
+    busy = time.perf_counter()
+    emitted = [generator.start(prompt)]
+    decode_s = time.perf_counter() - busy - generator.stats["prompt_ms"] / 1e3  # the first sample
+    while True:
+        for token in emitted:
+            if token in end_ids:
+                finish = "stop"
+                break
+            tokens.append(token)
+            piece = text.feed(model.tokenizer.token_to_piece(token))
+            if piece:
+                pieces.append(piece)
+                yield piece
+            if text.stopped:
+                finish = "stop"
+                break
+            if len(tokens) == max_tokens:
+                break
+        else:
+            if generator.room > 0:
+                busy = time.perf_counter()
+                emitted = generator.step()
+                decode_s += time.perf_counter() - busy
+                continue
+        break
+    tail = text.flush()
+    if tail:
+        pieces.append(tail)
+        yield tail
+    return GenerationResult("".join(pieces), tokens, finish, _metrics(generator.stats, len(tokens), decode_s))
+
+
+def _metrics(stats: dict, n_generated: int, decode_s: float) -> dict:
+    """Timings and, when speculating, the draft-MTP counters (runtime.md: drafts, drafted, accepted, acceptance
+    per position, mean accepted length, draft vs verify time)."""
+    prompt_s = stats["prompt_ms"] / 1e3
+    out = {
+        "n_prompt_tokens": stats["n_prompt_tokens"],
+        "n_generated": n_generated,
+        "prompt_ms": stats["prompt_ms"],
+        "decode_ms": decode_s * 1e3,
+        "prompt_tokens_per_s": stats["n_prompt_tokens"] / prompt_s if prompt_s > 0 else 0.0,
+        "decode_tokens_per_s": n_generated / decode_s if n_generated and decode_s > 0 else 0.0,
+    }
+    for key in ("n_drafts", "n_drafted", "n_accepted", "acceptance_per_position", "mean_accepted_length",
+                "draft_ms", "verify_ms"):
+        out[key] = stats[key]
+    return out

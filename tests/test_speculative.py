@@ -1,0 +1,120 @@
+"""draft-MTP speculation (runtime.md, draft-MTP round): greedy output is token-identical to plain decoding for
+every n_max, rounds accept 0..n drafts, the trunk's KDA state after generation equals serial decoding's, and
+sampling keeps the target distribution.
+
+The "predictable" preset makes the NextN head mostly agree with the trunk (random heads never do), so that
+rounds really accept drafts at every position."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from conftest import random_tokens
+
+
+def generator(model, **kw):
+    from glm5next_runtime import _core
+    return _core.Generator(model._engine, **kw)
+
+
+def run(model, prompt, max_tokens, **kw):
+    g = generator(model, **kw)
+    out = [g.start(prompt)]
+    while len(out) < max_tokens and g.room > 0:
+        out += g.step()
+    return out[:max_tokens], g.stats
+
+
+@pytest.fixture(scope="module", params=["f32", "q8_0"])
+def model(request, checkpoints):
+    from glm5next_runtime import Model
+    ckpt = checkpoints.make("spec-predictable", "predictable", dtype="f32")
+    return Model(checkpoints.convert(ckpt, outtype=request.param), n_ctx=512, n_threads=2)
+
+
+PROMPT = random_tokens(80, seed=7)  # index_topk is 16: the prompt alone is 5x past it
+PROMPTS = [PROMPT] + [random_tokens(80, seed=s) for s in (9, 11, 13)]
+
+
+@pytest.mark.parametrize("n_max", [1, 2, 3, 4, 5])
+def test_greedy_output_equals_plain_decoding(model, n_max):
+    rounds_with = np.zeros(n_max + 1, int)  # rounds that accepted exactly j drafts, over all prompts
+    for prompt in PROMPTS:
+        plain, _ = run(model, prompt, 220, n_max=0, temperature=0.0)
+        spec, stats = run(model, prompt, 220, n_max=n_max, temperature=0.0)
+        assert spec == plain
+        drafted, accepted = stats["drafted_at"], stats["accepted_at"]
+        rounds_with += [drafted[0] - accepted[0]] + [accepted[j - 1] - accepted[j] for j in range(1, n_max)] + [accepted[-1]]
+    assert all(rounds_with > 0), rounds_with  # every outcome of a round occurred: 0, 1, ..., n_max accepted
+
+
+def test_greedy_output_is_the_same_with_and_without_index_sharing(model):
+    on, _ = run(model, PROMPT, 200, n_max=3, index_share=1, temperature=0.0)
+    off, _ = run(model, PROMPT, 200, n_max=3, index_share=0, temperature=0.0)
+    assert on == off
+
+
+def test_kda_state_after_generation_equals_serial_decoding(model):
+    from glm5next_runtime import Model
+
+    run(model, PROMPT, 150, n_max=4, temperature=0.0)
+    engine = model._engine
+    serial = Model(model.path, n_ctx=512, n_threads=2)
+    for t in engine.tokens:
+        serial.eval([t])
+    assert serial.n_past == engine.n_past
+    kda_layers = [il for il, kv in enumerate(model.hparams["head_count_kv"][: model.hparams["n_trunk"]]) if kv == 0]
+    for il in kda_layers:
+        a, b = engine.kda_state(il), serial._engine.kda_state(il)
+        assert np.abs(a["conv"] - b["conv"]).max() <= 1e-5
+        assert np.abs(a["state"] - b["state"]).max() <= 1e-5
+
+
+def test_metrics(model):
+    _, stats = run(model, PROMPT, 60, n_max=3, temperature=0.0)
+    assert stats["n_prompt_tokens"] == len(PROMPT)
+    assert stats["n_drafts"] > 0 and 0 < stats["n_accepted"] <= stats["n_drafted"]
+    assert len(stats["acceptance_per_position"]) == 3
+    assert stats["mean_accepted_length"] == pytest.approx((stats["n_accepted"] + stats["n_drafts"]) / stats["n_drafts"])
+    assert stats["draft_ms"] > 0 and stats["verify_ms"] > 0
+
+
+def test_sampling_keeps_the_target_distribution(checkpoints):
+    """The first two generated tokens, over many seeds, with speculation: their joint frequencies match the exact
+    distribution the trunk defines under the same sampler (top_k 3, temperature 0.8), by a chi-square test."""
+    from scipy.stats import chisquare
+
+    from glm5next_runtime import Model, _core
+
+    model = Model(checkpoints.convert(checkpoints.make("spec-predictable", "predictable", dtype="f32"),
+                                      outtype="f32"), n_ctx=256, n_threads=2)
+    prompt = random_tokens(40, seed=8)
+    settings = dict(temperature=0.8, top_k=3, top_p=1.0, min_p=0.0)
+    dist = _core.Sampler(**settings, seed=0)
+    p1 = dist.distribution(model.eval(prompt))
+    exact = {}
+    for a in np.flatnonzero(p1):
+        model.reset()
+        p2 = dist.distribution(model.eval(prompt + [int(a)]))
+        for b in np.flatnonzero(p2):
+            exact[(int(a), int(b))] = p1[a] * p2[b]
+    n = 3000
+    counts = dict.fromkeys(exact, 0)
+    accepted = 0
+    for seed in range(n):
+        toks, stats = run(model, prompt, 2, n_max=2, seed=seed, **settings)
+        counts[tuple(toks)] += 1
+        accepted += stats["n_accepted"]
+    assert accepted > n // 4  # drafts were accepted often, so both accept and resample paths ran
+    keys = sorted(exact)
+    expected = np.array([exact[k] for k in keys], dtype=np.float64)
+    result = chisquare([counts[k] for k in keys], expected / expected.sum() * n)
+    assert result.pvalue > 1e-3, (result, counts, exact)
+
+
+def test_speculation_needs_a_nextn_layer(checkpoints):
+    from glm5next_runtime import Model
+
+    path = checkpoints.convert(checkpoints.make("spec-no-nextn", "tiny", nextn=False), outtype="f32")
+    with pytest.raises(ValueError, match="NextN"):
+        generator(Model(path, n_ctx=128, n_threads=2), n_max=3)
