@@ -164,20 +164,37 @@ ggml_tensor * BlockBuilder::dsa(ggml_tensor * x, const LayerWeights & w, const L
     ggml_tensor * q = ggml_reshape_3d(ctx, ggml_mul_mat(ctx, w.wq_b, qr), nope, nh, T);
     write_rows(ctx, gf, rms(ggml_mul_mat(ctx, w.wkv_a, x), w.kv_a_norm), c.latent, n_past);
     if (run_indexer) {
-        sel.pools = indexer(x, qr, w, c);
-        sel.mask = kpool_mask(ctx, sel.pools, n_kv, &params.kpool);
-    } else if (sel.mask == nullptr) {
+        sel = Selection{indexer(x, qr, w, c), &params.kpool};
+    } else if (sel.pools == nullptr) {
         throw std::logic_error("a DSA layer without an indexer needs a selection to reuse");
     }
 
     ggml_tensor * q_abs = ggml_mul_mat(ctx, w.wk_b, ggml_permute(ctx, q, 0, 2, 1, 3));  // [kvr, T, nh]
-    ggml_tensor * latent = ggml_view_2d(ctx, c.latent, kvr, n_kv, c.latent->nb[1], 0);
-    ggml_tensor * kq = ggml_mul_mat(ctx, latent, q_abs);                                 // [n_kv, T, nh]
-    kq = ggml_soft_max_ext(ctx, kq, sel.mask, 1.0f / std::sqrt((float) nope), 0.0f);
-    ggml_tensor * kqv = ggml_mul_mat(ctx, ggml_cont(ctx, ggml_transpose(ctx, latent)), kq);  // [kvr, T, nh]
-    ggml_tensor * o = ggml_mul_mat(ctx, w.wv_b, kqv);                                       // [v, T, nh]
-    o = ggml_cont(ctx, ggml_permute(ctx, o, 0, 2, 1, 3));
-    o = ggml_reshape_2d(ctx, o, hp.head_v_mla * nh, T);
+    ggml_tensor * o;
+    if (T <= kGatherMaxRows) {
+        if (sel.rows == nullptr) {
+            sel.rows = kpool_rows(ctx, sel.pools, sel.at);
+            sel.rows_mask = kpool_rows_mask(ctx, sel.pools, sel.at);
+        }
+        const int64_t n_sel = sel.rows->ne[0];
+        ggml_tensor * latent = ggml_view_2d(ctx, c.latent, kvr, n_kv, c.latent->nb[1], 0);
+        ggml_tensor * k = ggml_get_rows(ctx, latent, ggml_reshape_1d(ctx, sel.rows, n_sel * T));
+        k = ggml_reshape_4d(ctx, k, kvr, n_sel, 1, T);
+        ggml_tensor * kq = ggml_mul_mat(ctx, k, ggml_permute(ctx, q_abs, 0, 3, 2, 1));     // [n_sel, 1, nh, T]
+        kq = ggml_soft_max_ext(ctx, kq, sel.rows_mask, 1.0f / std::sqrt((float) nope), 0.0f);
+        ggml_tensor * kqv = ggml_mul_mat(ctx, ggml_cont(ctx, ggml_transpose(ctx, k)), kq);  // [kvr, 1, nh, T]
+        o = ggml_mul_mat(ctx, w.wv_b, kqv);                                                 // [v, 1, nh, T]
+    } else {
+        if (sel.mask == nullptr) {
+            sel.mask = kpool_mask(ctx, sel.pools, n_kv, sel.at);
+        }
+        ggml_tensor * latent = ggml_view_2d(ctx, c.latent, kvr, n_kv, c.latent->nb[1], 0);
+        ggml_tensor * kq = ggml_mul_mat(ctx, latent, q_abs);                                 // [n_kv, T, nh]
+        kq = ggml_soft_max_ext(ctx, kq, sel.mask, 1.0f / std::sqrt((float) nope), 0.0f);
+        ggml_tensor * kqv = ggml_mul_mat(ctx, ggml_cont(ctx, ggml_transpose(ctx, latent)), kq);  // [kvr, T, nh]
+        o = ggml_permute(ctx, ggml_mul_mat(ctx, w.wv_b, kqv), 0, 2, 1, 3);                      // [v, nh, T]
+    }
+    o = ggml_reshape_2d(ctx, ggml_cont(ctx, o), hp.head_v_mla * nh, T);
     if (row_scale) {
         o = ggml_mul(ctx, o, row_scale);
     }

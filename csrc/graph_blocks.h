@@ -17,11 +17,20 @@ struct GraphParams {
     MoeRouteParams moe;
 };
 
-// A DSA layer's choice of keys: the chosen pools i32 [n_top_pool, n_rows] and the mask f32 [n_kv, n_rows].
+// A DSA layer's choice of keys: the chosen pools i32 [n_top_pool, n_rows] of the rows `at` describes, and what
+// attention needs of them (built on first use, so a "shared" layer reuses them): for a large ubatch the mask
+// f32 [n_kv, n_rows] over all cached rows; for a small one the gathered row indices and their mask.
 struct Selection {
     ggml_tensor * pools = nullptr;
+    const KpoolParams * at = nullptr;
     ggml_tensor * mask = nullptr;
+    ggml_tensor * rows = nullptr;
+    ggml_tensor * rows_mask = nullptr;
 };
+
+// Up to this many rows per ubatch, attention gathers each row's selected keys (cost ~ index_topk per row); above
+// it, one masked pass over every cached row serves all rows at once.
+constexpr int64_t kGatherMaxRows = 16;
 
 // What a verify pass keeps of each KDA layer so that any prefix of its rows can be committed without replay:
 // the recurrent state after every row and the pre-conv rows from which any row's conv window is cut.

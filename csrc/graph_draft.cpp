@@ -34,8 +34,7 @@ void build_draft_graph(DraftGraph & g, ggml_context * ctx, const Model & model, 
     if (shared) {
         g.inp_saved_pools = ggml_new_tensor_2d(ctx, GGML_TYPE_I32, g.params.kpool.n_top_pool, 1);
         ggml_set_input(g.inp_saved_pools);
-        sel.pools = g.inp_saved_pools;
-        sel.mask = kpool_mask(ctx, sel.pools, pos0 + n_rows, &g.params.kpool_saved);
+        sel = Selection{g.inp_saved_pools, &g.params.kpool_saved};
     }
     ggml_tensor * a = ggml_add(ctx, u, b.dsa(b.rms(u, w.attn_norm), w, cache.layer(il), !shared, sel));
     ggml_tensor * o = ggml_add(ctx, a, b.moe(b.rms(a, w.ffn_norm), w, (int) il));

@@ -58,6 +58,52 @@ void kpool_mask_op(ggml_tensor * dst, int ith, int nth, void * userdata) {
     }
 }
 
+int64_t n_sel(const KpoolParams & p) {
+    return p.n_top_pool * p.kpool + (p.select_tail ? p.kpool - 1 : 0);
+}
+
+// The rows row t attends, ascending; returns how many.
+int64_t selected_rows(const KpoolParams & p, const int32_t * pools, int64_t n_pools, int64_t t, int32_t * out) {
+    int64_t n = 0;
+    thread_local std::vector<int32_t> chosen;  // reused: no allocation per row once warm
+    chosen.assign(pools, pools + n_pools);
+    chosen.erase(std::remove(chosen.begin(), chosen.end(), -1), chosen.end());
+    std::sort(chosen.begin(), chosen.end());
+    for (int32_t m : chosen) {
+        for (int64_t i = 0; i < p.kpool; ++i) out[n++] = (int32_t) (m * p.kpool + i);
+    }
+    const int64_t pos = p.n_past + t;
+    if (p.select_tail) {
+        for (int64_t r = (pos + 1) / p.kpool * p.kpool; r <= pos; ++r) out[n++] = (int32_t) r;
+    }
+    return n;
+}
+
+void kpool_rows_op(ggml_tensor * dst, int ith, int nth, void * userdata) {
+    const auto * p = static_cast<const KpoolParams *>(userdata);
+    const ggml_tensor * sel = dst->src[0];
+    for (int64_t t = ith; t < dst->ne[1]; t += nth) {
+        auto * rows = (int32_t *) ((char *) dst->data + t * dst->nb[1]);
+        const auto * pools = (const int32_t *) ((const char *) sel->data + t * sel->nb[1]);
+        const int64_t n = selected_rows(*p, pools, sel->ne[0], t, rows);
+        std::fill(rows + n, rows + dst->ne[0], 0);
+    }
+}
+
+void kpool_rows_mask_op(ggml_tensor * dst, int ith, int nth, void * userdata) {
+    const auto * p = static_cast<const KpoolParams *>(userdata);
+    const ggml_tensor * sel = dst->src[0];
+    thread_local std::vector<int32_t> rows;
+    rows.resize(dst->ne[0]);
+    for (int64_t t = ith; t < dst->ne[3]; t += nth) {
+        auto * m = (float *) ((char *) dst->data + t * dst->nb[3]);
+        const auto * pools = (const int32_t *) ((const char *) sel->data + t * sel->nb[1]);
+        const int64_t n = std::max<int64_t>(1, selected_rows(*p, pools, sel->ne[0], t, rows.data()));
+        std::fill(m, m + n, 0.0f);
+        std::fill(m + n, m + dst->ne[0], -INFINITY);
+    }
+}
+
 void moe_route_op(ggml_tensor * dst, int ith, int nth, void * userdata) {
     const auto * p = static_cast<const MoeRouteParams *>(userdata);
     const ggml_tensor * logits = dst->src[0];
@@ -118,6 +164,18 @@ ggml_tensor * kpool_mask(ggml_context * ctx, ggml_tensor * sel, int64_t n_kv, co
     ggml_tensor * args[] = {sel};
     return ggml_custom_4d(ctx, GGML_TYPE_F32, n_kv, sel->ne[1], 1, 1, args, 1, kpool_mask_op, GGML_N_TASKS_MAX,
                           (void *) p);
+}
+
+ggml_tensor * kpool_rows(ggml_context * ctx, ggml_tensor * sel, const KpoolParams * p) {
+    ggml_tensor * args[] = {sel};
+    return ggml_custom_4d(ctx, GGML_TYPE_I32, n_sel(*p), sel->ne[1], 1, 1, args, 1, kpool_rows_op, GGML_N_TASKS_MAX,
+                          (void *) p);
+}
+
+ggml_tensor * kpool_rows_mask(ggml_context * ctx, ggml_tensor * sel, const KpoolParams * p) {
+    ggml_tensor * args[] = {sel};
+    return ggml_custom_4d(ctx, GGML_TYPE_F32, n_sel(*p), 1, 1, sel->ne[1], args, 1, kpool_rows_mask_op,
+                          GGML_N_TASKS_MAX, (void *) p);
 }
 
 ggml_tensor * moe_route(ggml_context * ctx, ggml_tensor * logits, ggml_tensor * bias, const MoeRouteParams * p) {

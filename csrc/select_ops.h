@@ -27,6 +27,13 @@ ggml_tensor * kpool_top_k(ggml_context * ctx, ggml_tensor * scores, const KpoolP
 // zeroed by the caller (row_has_keys).
 ggml_tensor * kpool_mask(ggml_context * ctx, ggml_tensor * sel, int64_t n_kv, const KpoolParams * p);
 
+// sel as kpool_top_k gives it. The key rows each query row attends, for attention over gathered rows (small
+// ubatches): i32 [n_sel, n_tokens] in ascending order, n_sel = n_top_pool*kpool + (select_tail ? kpool-1 : 0),
+// unused slots pointing at row 0; and f32 [n_sel, 1, 1, n_tokens] with 0 for used slots, -inf for unused ones
+// (a row with an empty selection keeps slot 0 at 0, see kpool_mask).
+ggml_tensor * kpool_rows(ggml_context * ctx, ggml_tensor * sel, const KpoolParams * p);
+ggml_tensor * kpool_rows_mask(ggml_context * ctx, ggml_tensor * sel, const KpoolParams * p);
+
 // Whether row t (at position n_past+t) selects at least one key: with the tail on always; without it only once
 // a complete pool exists.
 bool row_has_keys(const KpoolParams & p, int64_t t);
