@@ -41,6 +41,9 @@ Engine::Engine(const Model & model, const EngineParams & params)
     }
     if (model.hp.n_nextn > 0) {
         draft_cache_ = std::make_unique<SeqCache>(model, model.hp.n_trunk(), 1, params.n_ctx);
+        draft_weights_ = std::make_unique<DraftWeights>(model, params.draft_type);
+    } else if (params.draft_type != GGML_TYPE_COUNT) {
+        throw std::invalid_argument(model.path + ": a draft type was given but the file has no NextN layer");
     }
     backend_ = ggml_backend_cpu_init();
     ggml_backend_cpu_set_n_threads(backend_, params_.n_threads);
@@ -191,7 +194,8 @@ DraftOutput Engine::draft_rows(const float * hidden, const int32_t * next_tokens
         const int64_t m = std::min<int64_t>(params_.n_batch, n - row0);
         GraphContext gc(meta_);
         DraftGraph g;
-        build_draft_graph(g, gc.ctx, model_, *draft_cache_, pos0 + row0, m, saved_pools ? saved_p0 : -1);
+        build_draft_graph(g, gc.ctx, model_, draft_weights_->layer(), *draft_cache_, pos0 + row0, m,
+                          saved_pools ? saved_p0 : -1);
         alloc(g.gf);
         ggml_backend_tensor_set(g.inp_hidden, hidden + row0 * hp.n_embd, 0, m * hp.n_embd * sizeof(float));
         ggml_backend_tensor_set(g.inp_tokens, next_tokens + row0, 0, m * sizeof(int32_t));

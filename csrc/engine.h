@@ -9,6 +9,7 @@
 
 #include "ggml-alloc.h"
 #include "ggml-backend.h"
+#include "draft_weights.h"
 #include "kv_cache.h"
 #include "model.h"
 
@@ -18,6 +19,7 @@ struct EngineParams {
     uint32_t n_ctx = 4096;
     uint32_t n_batch = 512;  // rows per ubatch
     int n_threads = 0;       // 0 = hardware concurrency
+    ggml_type draft_type = GGML_TYPE_COUNT;  // the draft layer as stored, or requantized (q8_0 / q4_0)
 };
 
 struct EvalOutput {
@@ -90,6 +92,7 @@ private:
     EngineParams params_;
     SeqCache cache_;
     std::unique_ptr<SeqCache> draft_cache_;
+    std::unique_ptr<DraftWeights> draft_weights_;
     std::vector<int32_t> tokens_;  // the NextN layer's rows; null without one
     ggml_backend_t backend_ = nullptr;
     ggml_gallocr_t galloc_ = nullptr;

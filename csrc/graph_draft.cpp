@@ -4,11 +4,10 @@
 
 namespace glm5next {
 
-void build_draft_graph(DraftGraph & g, ggml_context * ctx, const Model & model, const SeqCache & cache, int64_t pos0,
-                       int64_t n_rows, int64_t saved_p0) {
+void build_draft_graph(DraftGraph & g, ggml_context * ctx, const Model & model, const LayerWeights & w,
+                       const SeqCache & cache, int64_t pos0, int64_t n_rows, int64_t saved_p0) {
     const HParams & hp = model.hp;
     const uint32_t il = hp.n_trunk();
-    const LayerWeights & w = model.layers[il];
     const bool shared = saved_p0 >= 0;
     g.gf = ggml_new_graph_custom(ctx, graph_size(model), false);
     g.params.kpool = {pos0, hp.idx_kpool, hp.idx_top_k / hp.idx_kpool, hp.idx_select_tail};

@@ -21,7 +21,8 @@ struct DraftGraph {
 
 // Rows at positions pos0 .. pos0+n_rows-1 of the draft cache. saved_p0 < 0: each row runs the head's indexer;
 // saved_p0 >= 0 (n_rows must be 1): the row attends exactly the selection that row saved_p0 made (index sharing).
-void build_draft_graph(DraftGraph & g, ggml_context * ctx, const Model & model, const SeqCache & cache, int64_t pos0,
-                       int64_t n_rows, int64_t saved_p0);
+// `w` is the NextN layer's weights (as stored or requantized, see DraftWeights).
+void build_draft_graph(DraftGraph & g, ggml_context * ctx, const Model & model, const LayerWeights & w,
+                       const SeqCache & cache, int64_t pos0, int64_t n_rows, int64_t saved_p0);
 
 }  // namespace glm5next
