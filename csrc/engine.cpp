@@ -31,17 +31,30 @@ struct GraphContext {
 
 }  // namespace
 
-Engine::Engine(const Model & model, const EngineParams & params)
-    : model_(model), params_(params), cache_(model, 0, model.hp.n_trunk(), params.n_ctx) {
+// A separate draft file must describe the same model: the draft head reads the trunk's hidden states and tokens.
+static const Model & checked_draft_model(const Model & model, const Model * draft) {
+    if (draft == nullptr) return model;
+    const HParams &a = model.hp, &b = draft->hp;
+    if (b.n_nextn == 0) throw std::invalid_argument(draft->path + ": the draft file has no NextN layer");
+    if (a.n_embd != b.n_embd || a.n_vocab != b.n_vocab || a.n_trunk() != b.n_trunk()) {
+        throw std::invalid_argument(draft->path + ": the draft file does not fit " + model.path +
+                                    " (embedding length, vocabulary or trunk layer count differ)");
+    }
+    return *draft;
+}
+
+Engine::Engine(const Model & model, const EngineParams & params, const Model * draft_model)
+    : model_(model), draft_model_(checked_draft_model(model, draft_model)), params_(params),
+      cache_(model, 0, model.hp.n_trunk(), params.n_ctx) {
     if (params_.n_batch == 0) {
         throw std::invalid_argument("n_batch must be >= 1");
     }
     if (params_.n_threads <= 0) {
         params_.n_threads = (int) std::max(1u, std::thread::hardware_concurrency());
     }
-    if (model.hp.n_nextn > 0) {
-        draft_cache_ = std::make_unique<SeqCache>(model, model.hp.n_trunk(), 1, params.n_ctx);
-        draft_weights_ = std::make_unique<DraftWeights>(model, params.draft_type);
+    if (draft_model_.hp.n_nextn > 0) {
+        draft_cache_ = std::make_unique<SeqCache>(draft_model_, draft_model_.hp.n_trunk(), 1, params.n_ctx);
+        draft_weights_ = std::make_unique<DraftWeights>(draft_model_, params.draft_type);
     } else if (params.draft_type != GGML_TYPE_COUNT) {
         throw std::invalid_argument(model.path + ": a draft type was given but the file has no NextN layer");
     }
@@ -175,7 +188,7 @@ DraftOutput Engine::draft_rows(const float * hidden, const int32_t * next_tokens
                                const int32_t * saved_pools, int64_t saved_p0) {
     const HParams & hp = model_.hp;
     if (!draft_cache_) {
-        throw std::invalid_argument(model_.path + ": the file has no NextN layer (nextn_predict_layers = 0)");
+        throw std::invalid_argument(model_.path + ": no NextN layer to draft with (nextn_predict_layers = 0, no -md file)");
     }
     if (n < 1 || pos0 < 0 || pos0 > draft_cache_->n_past || pos0 + n > draft_cache_->n_ctx()) {
         throw std::invalid_argument("draft rows [" + std::to_string(pos0) + ", " + std::to_string(pos0 + n) +
@@ -194,7 +207,7 @@ DraftOutput Engine::draft_rows(const float * hidden, const int32_t * next_tokens
         const int64_t m = std::min<int64_t>(params_.n_batch, n - row0);
         GraphContext gc(meta_);
         DraftGraph g;
-        build_draft_graph(g, gc.ctx, model_, draft_weights_->layer(), *draft_cache_, pos0 + row0, m,
+        build_draft_graph(g, gc.ctx, draft_model_, draft_weights_->layer(), *draft_cache_, pos0 + row0, m,
                           saved_pools ? saved_p0 : -1);
         alloc(g.gf);
         ggml_backend_tensor_set(g.inp_hidden, hidden + row0 * hp.n_embd, 0, m * hp.n_embd * sizeof(float));

@@ -41,7 +41,9 @@ struct DraftOutput {
 
 class Engine {
 public:
-    Engine(const Model & model, const EngineParams & params);
+    // `draft_model`: a separate file holding the NextN layer (--mtp-only), or null to use `model`'s own. Throws
+    // std::invalid_argument when it does not fit `model` (sizes, layer count) or has no NextN layer.
+    Engine(const Model & model, const EngineParams & params, const Model * draft_model = nullptr);
     ~Engine();
     Engine(const Engine &) = delete;
     Engine & operator=(const Engine &) = delete;
@@ -89,6 +91,7 @@ private:
                      const KeepRows * keep);
 
     const Model & model_;
+    const Model & draft_model_;  // the file the draft head's weights come from (model_ unless -md)
     EngineParams params_;
     SeqCache cache_;
     std::unique_ptr<SeqCache> draft_cache_;

@@ -58,6 +58,7 @@ class Model:
             probability below which drafting stops (runtime.md, draft-MTP round).
         spec_index_share: "auto" (the file's index_share_for_mtp_iteration), "on" or "off".
         spec_draft_type: "auto" (the draft layer's weights as stored), "q8_0" or "q4_0" (requantized at load).
+        draft_model: a separate draft file (converted with --mtp-only) whose NextN layer drafts for this trunk.
     Raises:
         ValueError: a malformed file, key, tensor, override or placement rule (the message names it), a
             non-positive n_ctx / n_batch / n_threads, a tokenizer this runtime does not implement, or
@@ -68,7 +69,7 @@ class Model:
                  override_kv: Sequence[str] = (), n_gpu_layers: int = 0, cpu_moe: bool = False, n_cpu_moe: int = 0,
                  override_tensor: Sequence[str] = (), spec_type: str | None = None, draft_n_max: int = 3,
                  draft_n_min: int = 0, draft_p_min: float = 0.0, spec_index_share: str = "auto",
-                 spec_draft_type: str = "auto"):
+                 spec_draft_type: str = "auto", draft_model: str | os.PathLike | None = None):
         for name, value in (("n_ctx", n_ctx), ("n_batch", n_batch), ("n_threads", n_threads)):
             if value is not None and value < 1:
                 raise ValueError(f"{name} = {value}: must be >= 1")
@@ -80,7 +81,8 @@ class Model:
         self._placement_args = dict(n_gpu_layers=n_gpu_layers, cpu_moe=cpu_moe, n_cpu_moe=n_cpu_moe,
                                     override_tensor=tuple(override_tensor))
         self._placement = self._plan()  # plan at load so a bad -ot rule fails here, naming it
-        self._engine = _core.Engine(self._core, n_ctx, n_batch, self.n_threads, spec_draft_type)
+        self._draft_core = _core.Model(os.fspath(draft_model), list(override_kv)) if draft_model else None
+        self._engine = _core.Engine(self._core, n_ctx, n_batch, self.n_threads, spec_draft_type, self._draft_core)
         self._last: dict | None = None
         has_nextn = self._engine.has_draft_head
         self.spec_type = spec_type or ("draft-mtp" if has_nextn else "none")

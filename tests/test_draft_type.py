@@ -44,3 +44,24 @@ def test_bad_draft_type(checkpoints):
     path = checkpoints.convert(checkpoints.make("dtype-tiny", "tiny", dtype="f32"), outtype="f32")
     with pytest.raises(ValueError, match="q8_0 or q4_0"):
         Model(path, n_ctx=64, n_threads=2, spec_draft_type="q5_k")
+
+
+def test_separate_draft_file(checkpoints):
+    """A trunk-only file plus a --mtp-only file draft exactly like the combined file."""
+    from glm5next_runtime import Model
+    from glm5next_runtime.draft import draft
+
+    ckpt = checkpoints.make("spec-predictable", "predictable", dtype="f32")
+    combined = checkpoints.convert(ckpt, outtype="f32")
+    trunk = checkpoints.convert(ckpt, tag="-trunk", outtype="f32", layout="no-mtp")
+    head = checkpoints.convert(ckpt, tag="-head", outtype="f32", layout="mtp-only")
+    tokens = random_tokens(60, seed=3)
+    split = Model(trunk, n_ctx=256, n_threads=2, draft_model=head)
+    assert split.spec_type == "draft-mtp"
+    assert np.array_equal(draft(split, tokens, 3).logits, draft(Model(combined, n_ctx=256, n_threads=2), tokens, 3).logits)
+    plain = Model(trunk, n_ctx=256, n_threads=2)
+    assert plain.spec_type == "none"
+    assert split.generate(tokens, 50, temperature=0).tokens == plain.generate(tokens, 50, temperature=0).tokens
+    with pytest.raises(ValueError, match="does not fit"):
+        Model(trunk, n_ctx=64, n_threads=2, draft_model=checkpoints.convert(
+            checkpoints.make("dtype-wide", "tiny", hidden_size=128), tag="-head", outtype="f32", layout="mtp-only"))
