@@ -9,6 +9,7 @@ import numpy as np
 
 from . import _core
 from .generate import GenerationResult, GenerationStream, decode
+from .draft import DraftResult, draft, selected_positions
 from .placement import CPU, plan_placement
 from .tokenizer import Tokenizer
 
@@ -132,16 +133,14 @@ class Model:
         plus, with kpool_select_tail, the incomplete pool ending at the row (model.md, Indexer)."""
         pools = self._require_eval()["pools"][layer]
         hp = self.hparams
-        kpool, tail = hp["idx_kpool"], hp["idx_select_tail"]
         first = self.n_past - len(pools)
-        out = []
-        for t, row in enumerate(pools):
-            pos = first + t
-            keys = {int(p) * kpool + i for p in row if p >= 0 for i in range(kpool)}
-            if tail:
-                keys.update(range((pos + 1) // kpool * kpool, pos + 1))
-            out.append(keys)
-        return out
+        return [selected_positions(row, first + t, hp["idx_kpool"], hp["idx_select_tail"]) for t, row in enumerate(pools)]
+
+    def draft(self, tokens: Sequence[int], n_steps: int, share: bool | None = None) -> DraftResult:
+        """What the NextN draft head drafts after a prompt, step by step (see glm5next_runtime.draft.draft):
+        `tokens` is the prompt plus the token the trunk emits next; returns the drafted ids, float32 logits
+        [n_steps, n_vocab] and each step's attended positions. share=None follows the file (index sharing)."""
+        return draft(self, tokens, n_steps, share)
 
     def _require_eval(self) -> dict:
         if self._last is None:

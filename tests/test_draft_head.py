@@ -42,7 +42,7 @@ def test_draft_matches_reference(case, share):
     topk = trunk.config.text_config.index_topk
     tokens = random_tokens(3 * topk + 11, seed=2)
     want = reference_draft(trunk, head, tokens, 4, share)
-    got = draft(Model(path, n_ctx=512, n_threads=2), tokens, 4, share=share)
+    got = Model(path, n_ctx=512, n_threads=2).draft(tokens, 4, share=share)
     assert np.abs(got.logits - want.logits.numpy()).max() <= F32_BOUND
     assert got.tokens == want.tokens
     assert got.selected == want.selected
