@@ -13,6 +13,14 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// The draft's confidence: the largest probability of softmax(logits), whatever the sampler (greedy included).
+float top_probability(const std::vector<float> & logits) {
+    const float max_logit = *std::max_element(logits.begin(), logits.end());
+    double sum = 0.0;
+    for (float l : logits) sum += std::exp(double(l - max_logit));
+    return float(1.0 / sum);
+}
+
 }  // namespace
 
 Generator::Generator(Engine & engine, const SpecParams & spec, const SamplerParams & sampling)
@@ -24,8 +32,6 @@ Generator::Generator(Engine & engine, const SpecParams & spec, const SamplerPara
         throw std::invalid_argument("draft-mtp needs the NextN layer, which this file lacks (nextn_predict_layers = 0)");
     }
     share_ = spec_.index_share < 0 ? engine.index_share_mtp() : spec_.index_share > 0;
-    stats_.drafted_at.assign(spec_.n_max, 0);
-    stats_.accepted_at.assign(spec_.n_max, 0);
 }
 
 Generator::Draft Generator::draft(int64_t p0, int64_t n_max) {
@@ -40,10 +46,10 @@ Generator::Draft Generator::draft(int64_t p0, int64_t n_max) {
             const int32_t prev = d.tokens.back();
             out = engine_.draft_rows(out.z.data(), &prev, 1, p0 + k, share_ ? saved.data() : nullptr, share_ ? p0 : -1);
         }
-        sampler_.distribution(out.logits.data(), n_vocab, q);
-        if (*std::max_element(q.begin(), q.end()) < spec_.p_min) {
+        if (spec_.p_min > 0.0f && top_probability(out.logits) < spec_.p_min) {
             break;
         }
+        sampler_.distribution(out.logits.data(), n_vocab, q);
         d.tokens.push_back(sampler_.greedy() ? (int32_t) (std::max_element(q.begin(), q.end()) - q.begin())
                                              : sampler_.sample_from(q));
         d.q.push_back(q);

@@ -118,3 +118,12 @@ def test_speculation_needs_a_nextn_layer(checkpoints):
     path = checkpoints.convert(checkpoints.make("spec-no-nextn", "tiny", nextn=False), outtype="f32")
     with pytest.raises(ValueError, match="NextN"):
         generator(Model(path, n_ctx=128, n_threads=2), n_max=3)
+
+
+def test_p_min_stops_drafting(model):
+    """A draft whose own top probability (softmax of its logits, even when decoding greedily) is below p_min
+    ends the round's drafting: with p_min = 1 nothing is ever drafted."""
+    free, stats = run(model, PROMPT, 40, n_max=3, temperature=0.0)
+    none, stopped = run(model, PROMPT, 40, n_max=3, p_min=1.0, temperature=0.0)
+    assert none == free
+    assert stats["n_drafted"] > 0 and stopped["n_drafted"] == 0
