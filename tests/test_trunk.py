@@ -88,3 +88,16 @@ def test_matches_llama_cpp_on_the_same_file(checkpoints):
     path = checkpoints.convert(ckpt, outtype="f32", arch="glm5-next")
     ours = load(path).eval(tokens, logits_all=True)
     assert np.abs(ours - llama_cpp_logits(path, tokens)).max() <= F32_BOUND
+
+
+@pytest.mark.parametrize("outtype", ["q8_0", "q4_0"])
+def test_quantized_file_agrees_with_llama_cpp(checkpoints, outtype):
+    """Quantized weights (and ggml's quantized activations) flip near-tied expert and pool choices of a random
+    model, so neither transformers nor exact equality is the reference here: the agreement with upstream on the
+    same file is. Observed: argmax agreement 1.0 (q8_0) / 0.99 (q4_0), per-row correlation > 0.999."""
+    ckpt = checkpoints.make("trunk-tiny", "tiny", dtype="f32")
+    tokens = random_tokens(n_tokens_for(ckpt), seed=1)
+    path = checkpoints.convert(ckpt, outtype=outtype, arch="glm5-next")
+    ours, upstream = load(path).eval(tokens, logits_all=True), llama_cpp_logits(path, tokens)
+    assert (ours.argmax(1) == upstream.argmax(1)).mean() >= 0.95
+    assert np.mean([np.corrcoef(a, b)[0, 1] for a, b in zip(ours, upstream)]) > 0.99
