@@ -1,0 +1,495 @@
+"""glm5next-bench: llama-bench style throughput of the runtime, optionally side by side with llama-cpp-python.
+
+    glm5next-bench -m FILE [-p 512] [-n 128] [-d 0,1024] [-t THREADS] [-b 512] [-r 3] [--llama-cpp] [-o md|csv|json]
+
+Tests (llama-bench meaning):
+  pp N @ dD  time to evaluate an N-token prompt on top of a D-token sequence (the D-token prefill is not timed)
+  tg N @ dD  time to generate N tokens one eval call at a time after a D-token prefill; only the eval calls are
+             timed. The fed tokens are a fixed pseudo-random sequence (llama-bench's way; identical for every
+             engine and repetition) or, with --tg-tokens argmax, each step's greedy token.
+Every test is run -r times per engine; the table gives the median t/s +- its stdev (json/csv add min, max and the
+samples). With --llama-cpp the same rows run on llama-cpp-python over the same file and threads in the same
+process, interleaved repetition by repetition (ours, then upstream) so machine noise hits both alike, and a ratio
+column (ours / upstream, of the medians) is added.
+
+Resident memory (Linux /proc/self/status) is reported after each engine's load and first eval: the weights are
+memory-mapped, so RssAnon growth should be caches and compute buffers only, never a copy of the file.
+
+Rows are a list of Row(name, run, params): `run(runner)` performs one timed repetition on a Runner and returns
+(tokens, seconds). New kinds of rows (speculative decoding, index sharing, draft types) add a builder next to
+`pp_row` / `tg_row` and a line in `build_rows`.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import csv
+import io
+import json
+import math
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NamedTuple, Protocol
+
+import numpy as np
+
+PROG = "glm5next-bench"
+OURS = "glm5next"
+UPSTREAM = "llama_cpp"
+LABELS = {OURS: "glm5next", UPSTREAM: "llama.cpp"}
+NORMAL_TOKEN = 1  # llama.cpp token type of ordinary vocabulary entries
+
+
+class BenchError(Exception):
+    """Bad input or an unusable file: reported as `glm5next-bench: error: ...`, exit status 2."""
+
+
+# ---------------------------------------------------------------------------------------------------- runners
+
+class Runner(Protocol):
+    """One engine holding one sequence. `eval` is the only thing rows time."""
+
+    key: str
+
+    def reset(self) -> None: ...
+
+    def eval(self, tokens: Sequence[int]) -> None:
+        """Append `tokens` to the sequence and run the model over them (prefill in n_batch ubatches)."""
+
+    def argmax(self) -> int:
+        """Greedy next token after the last eval."""
+
+
+class OursRunner:
+    key = OURS
+
+    def __init__(self, path: Path, n_ctx: int, n_threads: int, n_batch: int):
+        from .model import Model
+        self.model = Model(path, n_ctx=n_ctx, n_threads=n_threads, n_batch=n_batch)
+        self._logits: np.ndarray | None = None
+
+    def reset(self) -> None:
+        self.model.reset()
+        self._logits = None
+
+    def eval(self, tokens: Sequence[int]) -> None:
+        self._logits = self.model.eval(tokens)
+
+    def argmax(self) -> int:
+        assert self._logits is not None, "argmax before eval"
+        return int(np.argmax(self._logits))
+
+
+class LlamaCppRunner:
+    key = UPSTREAM
+
+    def __init__(self, path: Path, n_ctx: int, n_threads: int, n_batch: int):
+        from llama_cpp import Llama
+        # llama.cpp logs warnings (e.g. about its V cache padding) straight to fd 2 even with verbose=False;
+        # keep them out of the report, but show them if the load fails.
+        with _captured_stderr() as captured:
+            try:
+                self.llm = Llama(model_path=str(path), n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_batch,
+                                 n_threads=n_threads, n_threads_batch=n_threads, verbose=False)
+            except Exception as e:
+                log = captured().strip()
+                raise BenchError(f"llama-cpp-python cannot load {path}: {e}"
+                                 + (f"\n{log}" if log else "")
+                                 + "\n(upstream loads files converted with --arch glm5-next)") from None
+        self._n_vocab = self.llm.n_vocab()
+
+    def reset(self) -> None:
+        self.llm.reset()
+
+    def eval(self, tokens: Sequence[int]) -> None:
+        self.llm.eval(tokens)
+
+    def argmax(self) -> int:
+        logits = np.ctypeslib.as_array(self.llm._ctx.get_logits(), shape=(self._n_vocab,))
+        return int(np.argmax(logits))
+
+
+@contextlib.contextmanager
+def _captured_stderr() -> Iterator[Callable[[], str]]:
+    """Redirect file descriptor 2 (C code included) into a temporary file; yields a reader of what was written."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 2)
+
+        def read() -> str:
+            tmp.flush()
+            tmp.seek(0)
+            return tmp.read().decode("utf-8", "replace")
+        try:
+            yield read
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
+# ---------------------------------------------------------------------------------------------------- rows
+
+Timing = tuple[int, float]  # (tokens processed, seconds spent in eval calls)
+
+
+class Row(NamedTuple):
+    """A benchmark row: `run(runner)` does one timed repetition; `params` go into csv/json (n_prompt, ...)."""
+    name: str
+    run: Callable[[Runner], Timing]
+    params: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """Token ids shared by every engine and repetition: depth prefill, prompt and tg inputs."""
+    depth: list[int]
+    prompt: list[int]
+    gen: list[int]
+    tg_argmax: bool
+
+
+def _test_name(kind: str, n: int, depth: int) -> str:
+    return f"{kind}{n}" + (f" @ d{depth}" if depth else "")
+
+
+def _prefill(runner: Runner, inputs: Inputs, depth: int) -> None:
+    runner.reset()
+    if depth:
+        runner.eval(inputs.depth[:depth])
+
+
+def pp_row(n_prompt: int, depth: int, inputs: Inputs) -> Row:
+    def run(runner: Runner) -> Timing:
+        _prefill(runner, inputs, depth)
+        t0 = time.perf_counter()
+        runner.eval(inputs.prompt[:n_prompt])
+        return n_prompt, time.perf_counter() - t0
+    return Row(_test_name("pp", n_prompt, depth), run, {"n_prompt": n_prompt, "n_gen": 0, "n_depth": depth})
+
+
+def tg_row(n_gen: int, depth: int, inputs: Inputs) -> Row:
+    def run(runner: Runner) -> Timing:
+        _prefill(runner, inputs, depth)
+        token, spent = inputs.gen[0], 0.0
+        for i in range(n_gen):
+            t0 = time.perf_counter()
+            runner.eval([token])
+            spent += time.perf_counter() - t0
+            token = runner.argmax() if inputs.tg_argmax else inputs.gen[i + 1]
+        return n_gen, spent
+    return Row(_test_name("tg", n_gen, depth), run, {"n_prompt": 0, "n_gen": n_gen, "n_depth": depth})
+
+
+def build_rows(prompts: Sequence[int], gens: Sequence[int], depths: Sequence[int], inputs: Inputs) -> list[Row]:
+    """llama-bench order: per depth, the pp rows then the tg rows (0 in -p / -n skips that kind)."""
+    rows: list[Row] = []
+    for d in depths:
+        rows += [pp_row(p, d, inputs) for p in prompts if p > 0]
+        rows += [tg_row(n, d, inputs) for n in gens if n > 0]
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------------- stats
+
+@dataclass
+class Stats:
+    seconds: list[float] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)
+
+    @property
+    def tps(self) -> list[float]:
+        return [n / s for n, s in zip(self.tokens, self.seconds)]
+
+    def summary(self) -> dict[str, Any]:
+        tps = self.tps
+        return {"tps_median": statistics.median(tps), "tps_mean": statistics.fmean(tps),
+                "tps_stdev": statistics.stdev(tps) if len(tps) > 1 else 0.0,
+                "tps_min": min(tps), "tps_max": max(tps), "tps_samples": tps, "seconds": list(self.seconds)}
+
+
+# ---------------------------------------------------------------------------------------------------- memory
+
+def memory_snapshot() -> dict[str, int] | None:
+    """VmRSS / RssAnon / RssFile of this process in bytes (None where /proc is unavailable)."""
+    try:
+        text = Path("/proc/self/status").read_text()
+    except OSError:
+        return None
+    out = {}
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "RssAnon", "RssFile"):
+            out[key] = int(value.split()[0]) * 1024
+    return out or None
+
+
+# ---------------------------------------------------------------------------------------------------- arguments
+
+def _int_list(what: str, minimum: int) -> Callable[[str], list[int]]:
+    def parse(text: str) -> list[int]:
+        items = [s.strip() for s in text.split(",")]
+        try:
+            values = [int(s) for s in items]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{what} must be a comma-separated list of integers, got {text!r}")
+        if not values or any(v < minimum for v in values):
+            raise argparse.ArgumentTypeError(f"{what} values must be >= {minimum}, got {text!r}")
+        return list(dict.fromkeys(values))  # drop repeats, keep order
+    return parse
+
+
+def _positive(what: str) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{what} must be an integer, got {text!r}")
+        if value < 1:
+            raise argparse.ArgumentTypeError(f"{what} must be >= 1, got {value}")
+        return value
+    return parse
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=PROG, description="llama-bench style pp/tg throughput of a glm5next GGUF.")
+    p.add_argument("-m", "--model", required=True, type=Path, help="the .gguf file")
+    p.add_argument("-p", "--n-prompt", type=_int_list("-p", 0), default=[512],
+                   help="prompt lengths, comma-separated (0 = no pp rows; default 512)")
+    p.add_argument("-n", "--n-gen", type=_int_list("-n", 0), default=[128],
+                   help="generated tokens, comma-separated (0 = no tg rows; default 128)")
+    p.add_argument("-d", "--n-depth", type=_int_list("-d", 0), default=[0],
+                   help="context depths prefilled (untimed) before each test, comma-separated (default 0)")
+    p.add_argument("-t", "--threads", type=_positive("-t"), default=os.cpu_count() or 1,
+                   help="CPU threads (default: all cores)")
+    p.add_argument("-b", "--batch-size", type=_positive("-b"), default=512,
+                   help="prefill ubatch size, for both engines (default 512)")
+    p.add_argument("-r", "--repetitions", type=_positive("-r"), default=3, help="runs per test (default 3)")
+    p.add_argument("--llama-cpp", action="store_true",
+                   help="also run every row on llama-cpp-python (same file, threads, batch), interleaved")
+    p.add_argument("--tg-tokens", choices=["random", "argmax"], default="random",
+                   help="tg input: a fixed pseudo-random sequence (llama-bench) or each step's argmax")
+    p.add_argument("--no-warmup", action="store_true", help="skip the untimed run of each row before its repetitions")
+    p.add_argument("--seed", type=int, default=0, help="seed of the token ids fed (default 0)")
+    p.add_argument("-o", "--output", choices=["md", "csv", "json"], default="md", help="output format (default md)")
+    return p
+
+
+# ---------------------------------------------------------------------------------------------------- model info
+
+def _human_bytes(n: float) -> str:
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.2f} MiB"
+
+
+def _human_params(n: float) -> str:
+    return f"{n / 1e9:.2f} B" if n >= 1e9 else f"{n / 1e6:.2f} M"
+
+
+def model_info(ours: OursRunner, path: Path, threads: int, n_batch: int, n_ctx: int) -> dict[str, Any]:
+    m = ours.model
+    tensors = m._core.tensors()  # (name, type, shape, nbytes)
+    size = sum(t[3] for t in tensors)
+    params = sum(math.prod(t[2]) for t in tensors)
+    try:
+        import gguf
+        ftype = gguf.LlamaFileType(m.metadata("general.file_type")).name.removeprefix("MOSTLY_").removeprefix("ALL_")
+    except (KeyError, ValueError):
+        by_type: dict[str, int] = {}
+        for _, ty, _, nbytes in tensors:
+            by_type[ty] = by_type.get(ty, 0) + nbytes
+        ftype = max(by_type, key=by_type.get).upper()
+    arch = m.metadata("general.architecture")
+    return {"model": f"{arch} {_human_params(params).replace(' ', '')} {ftype}", "path": str(path),
+            "file_bytes": path.stat().st_size, "size_bytes": size, "params": params,
+            "backend": ",".join(sorted(set(m.placement().values()))), "threads": threads, "n_batch": n_batch,
+            "n_ctx": n_ctx}
+
+
+# ---------------------------------------------------------------------------------------------------- output
+
+def _tps_cell(s: dict[str, Any]) -> str:
+    return f"{s['tps_median']:.2f} ± {s['tps_stdev']:.2f}"
+
+
+def _table(header: list[str], align: list[str], lines: list[list[str]]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in lines)) if lines else len(h) for i, h in enumerate(header)]
+    def fmt(cells: list[str]) -> str:
+        return "| " + " | ".join(c.rjust(w) if a == "r" else c.ljust(w)
+                                 for c, w, a in zip(cells, widths, align)) + " |"
+    rule = "| " + " | ".join("-" * (w - 1) + ":" if a == "r" else "-" * w for w, a in zip(widths, align)) + " |"
+    return "\n".join([fmt(header), rule, *(fmt(r) for r in lines)])
+
+
+def render_md(report: dict[str, Any]) -> str:
+    info, engines = report["model"], report["engines"]
+    header = ["model", "size", "params", "backend", "threads", "test", "t/s"]
+    align = ["l", "r", "r", "l", "r", "r", "r"]
+    if UPSTREAM in engines:
+        header += ["llama.cpp t/s", "ratio"]
+        align += ["r", "r"]
+    lines = []
+    for row in report["rows"]:
+        cells = [info["model"], _human_bytes(info["size_bytes"]), _human_params(info["params"]), info["backend"],
+                 str(info["threads"]), row["test"], _tps_cell(row[OURS])]
+        if UPSTREAM in engines:
+            cells += [_tps_cell(row[UPSTREAM]), f"{row['ratio']:.3f}"]
+        lines.append(cells)
+    out = [_table(header, align, lines), "",
+           f"t/s: median ± stdev of {report['repetitions']} runs; n_batch {info['n_batch']}, n_ctx {info['n_ctx']}"
+           + (", ratio = glm5next / llama.cpp (medians)" if UPSTREAM in engines else "")]
+    mem = report.get("memory")
+    if mem:
+        out += ["", f"resident memory (file {_human_bytes(info['file_bytes'])}, memory-mapped):", _memory_table(mem)]
+    return "\n".join(out)
+
+
+def _memory_table(mem: list[dict[str, Any]]) -> str:
+    base = mem[0]["RssAnon"]
+    lines = [[m["stage"], _human_bytes(m["VmRSS"]), _human_bytes(m["RssAnon"]), _human_bytes(m["RssFile"]),
+              _human_bytes(m["RssAnon"] - base)] for m in mem]
+    return _table(["stage", "RSS", "RssAnon", "RssFile", "RssAnon - baseline"], ["l", "r", "r", "r", "r"], lines)
+
+
+STAT_KEYS = ["tps_median", "tps_mean", "tps_stdev", "tps_min", "tps_max"]
+
+
+def render_csv(report: dict[str, Any]) -> str:
+    info, engines = report["model"], report["engines"]
+    header = ["model", "size_bytes", "params", "backend", "threads", "n_batch", "test", "n_prompt", "n_gen",
+              "n_depth", "repetitions"]
+    header += [f"{e}_{k}" for e in engines for k in STAT_KEYS]
+    if UPSTREAM in engines:
+        header.append("ratio")
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(header)
+    for row in report["rows"]:
+        cells = [info["model"], info["size_bytes"], info["params"], info["backend"], info["threads"],
+                 info["n_batch"], row["test"], row["n_prompt"], row["n_gen"], row["n_depth"], report["repetitions"]]
+        cells += [row[e][k] for e in engines for k in STAT_KEYS]
+        if UPSTREAM in engines:
+            cells.append(row["ratio"])
+        w.writerow(cells)
+    return buf.getvalue().rstrip("\n")
+
+
+# ---------------------------------------------------------------------------------------------------- main
+
+def _inputs(ours: OursRunner, n_depth: int, n_prompt: int, n_gen: int, seed: int, tg_argmax: bool) -> Inputs:
+    types = ours.model._core.vocab()[1]
+    normal = np.array([i for i, ty in enumerate(types) if ty == NORMAL_TOKEN] or range(ours.model.n_vocab))
+    rng = np.random.default_rng(seed)
+    def draw(n: int) -> list[int]:
+        return normal[rng.integers(0, len(normal), n)].tolist()
+    return Inputs(depth=draw(n_depth), prompt=draw(n_prompt), gen=draw(n_gen + 1), tg_argmax=tg_argmax)
+
+
+def _load(cls: type, what: str, path: Path, n_ctx: int, threads: int, n_batch: int):
+    try:
+        return cls(path, n_ctx, threads, n_batch)
+    except BenchError:
+        raise
+    except (ValueError, RuntimeError, OSError) as e:
+        raise BenchError(f"{what} cannot load {path}: {e}") from None
+
+
+def _first_eval(runner: Runner, inputs: Inputs, n: int) -> None:
+    """Allocate what the largest ubatch needs (caches, compute buffers) before memory is measured."""
+    runner.reset()
+    runner.eval((inputs.depth + inputs.prompt + inputs.gen)[:n])
+    runner.reset()
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    path: Path = args.model
+    if not path.is_file():
+        raise BenchError(f"model file not found: {path}")
+    if args.llama_cpp:
+        try:
+            import llama_cpp  # noqa: F401  (imported before the memory baseline)
+        except ImportError as e:
+            raise BenchError(f"--llama-cpp needs llama-cpp-python: {e}") from None
+    from . import model as _model  # noqa: F401  (the native module, before the memory baseline)
+
+    prompts = [p for p in args.n_prompt if p > 0]
+    gens = [n for n in args.n_gen if n > 0]
+    if not prompts and not gens:
+        raise BenchError("nothing to run: -p and -n are both 0")
+    max_depth, max_prompt, max_gen = max(args.n_depth), max(prompts, default=0), max(gens, default=0)
+    n_ctx = max_depth + max(max_prompt, max_gen, 1)
+    warm_n = min(args.batch_size, n_ctx)  # one full ubatch
+
+    memory: list[dict[str, Any]] = []
+    def snap(stage: str) -> None:
+        s = memory_snapshot()
+        if s is not None:
+            memory.append({"stage": stage, **s})
+
+    snap("baseline (imports)")
+    ours = _load(OursRunner, PROG, path, n_ctx, args.threads, args.batch_size)
+    snap("glm5next loaded")
+    inputs = _inputs(ours, max(max_depth, warm_n), max_prompt, max_gen, args.seed, args.tg_tokens == "argmax")
+    _first_eval(ours, inputs, warm_n)
+    snap(f"glm5next after a {warm_n}-token eval")
+    runners: list[Runner] = [ours]
+    if args.llama_cpp:
+        upstream = _load(LlamaCppRunner, "llama-cpp-python", path, n_ctx, args.threads, args.batch_size)
+        snap("+ llama.cpp loaded")
+        _first_eval(upstream, inputs, warm_n)
+        snap(f"+ llama.cpp after a {warm_n}-token eval")
+        runners.append(upstream)
+
+    rows = build_rows(prompts, gens, args.n_depth, inputs)
+    info = model_info(ours, path, args.threads, args.batch_size, n_ctx)
+    results = []
+    from tqdm import tqdm
+    with tqdm(total=len(rows), desc=PROG, unit="row", file=sys.stderr, dynamic_ncols=True) as bar:
+        for row in rows:
+            bar.set_postfix_str(row.name)
+            if not args.no_warmup:
+                for r in runners:
+                    row.run(r)
+            stats = {r.key: Stats() for r in runners}
+            for _ in range(args.repetitions):
+                for r in runners:  # interleaved: ours, then upstream, repetition by repetition
+                    n, s = row.run(r)
+                    stats[r.key].tokens.append(n)
+                    stats[r.key].seconds.append(s)
+            out = {"test": row.name, **row.params, **{k: v.summary() for k, v in stats.items()}}
+            if UPSTREAM in stats:
+                out["ratio"] = out[OURS]["tps_median"] / out[UPSTREAM]["tps_median"]
+            results.append(out)
+            bar.update()
+    return {"model": info, "engines": [r.key for r in runners], "repetitions": args.repetitions,
+            "tg_tokens": args.tg_tokens, "rows": results, "memory": memory}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = _parser().parse_args(argv)  # bad flags: argparse prints usage and the error
+    except SystemExit as e:  # returned, not raised, so that main() is callable (exit 2 on bad flags, 0 on -h)
+        return e.code if isinstance(e.code, int) else 2
+    try:
+        report = run(args)
+    except BenchError as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return 2
+    if args.output == "json":
+        print(json.dumps(report, indent=2))
+    elif args.output == "csv":
+        print(render_csv(report))
+        if report["memory"]:
+            print(_memory_table(report["memory"]), file=sys.stderr)
+    else:
+        print(render_md(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

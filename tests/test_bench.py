@@ -1,0 +1,147 @@
+"""glm5next-bench on a tiny converted checkpoint: rows, columns and report shape (never speed)."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import pytest
+
+from glm5next_runtime import bench
+
+SMALL = ["-p", "16", "-n", "4", "-d", "0,8", "-r", "2", "-t", "2", "-b", "8"]
+TESTS = ["pp16", "tg4", "pp16 @ d8", "tg4 @ d8"]
+
+
+@pytest.fixture(scope="module")
+def tiny_q8(checkpoints):
+    return checkpoints.convert(checkpoints.make("bench-tiny", "tiny"), outtype="q8_0", arch="glm5-next")
+
+
+def _run(capsys, argv):
+    rc = bench.main(argv)
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def _positive_stats(s):
+    assert s["tps_min"] > 0 and s["tps_max"] >= s["tps_median"] >= s["tps_min"]
+    assert s["tps_stdev"] >= 0 and s["tps_mean"] > 0
+    assert len(s["tps_samples"]) == len(s["seconds"]) == 2
+    assert all(t > 0 for t in s["seconds"])
+
+
+def test_json_with_llama_cpp(capsys, tiny_q8):
+    rc, out, err = _run(capsys, ["-m", str(tiny_q8), *SMALL, "--llama-cpp", "-o", "json"])
+    assert rc == 0, err
+    report = json.loads(out)
+    assert report["engines"] == ["glm5next", "llama_cpp"]
+    info = report["model"]
+    assert info["threads"] == 2 and info["n_batch"] == 8 and info["backend"]
+    assert info["params"] > 0 and 0 < info["size_bytes"] <= info["file_bytes"]
+    assert info["model"].startswith("glm5-next") and info["model"].endswith("Q8_0")
+    assert [r["test"] for r in report["rows"]] == TESTS
+    for row in report["rows"]:
+        assert row["n_depth"] == (8 if "@ d8" in row["test"] else 0)
+        assert (row["n_prompt"], row["n_gen"]) == ((16, 0) if row["test"].startswith("pp") else (0, 4))
+        _positive_stats(row["glm5next"])
+        _positive_stats(row["llama_cpp"])
+        assert row["ratio"] == pytest.approx(row["glm5next"]["tps_median"] / row["llama_cpp"]["tps_median"])
+    stages = [m["stage"] for m in report["memory"]]
+    assert stages[0].startswith("baseline") and len(stages) == 5
+    assert any(s.startswith("glm5next loaded") for s in stages)
+    assert all(m["VmRSS"] > 0 and m["RssAnon"] > 0 for m in report["memory"])
+    assert "glm5next-bench" in err  # the tqdm bar goes to stderr
+
+
+def test_markdown_table(capsys, tiny_q8):
+    rc, out, err = _run(capsys, ["-m", str(tiny_q8), *SMALL, "-r", "1", "--llama-cpp"])
+    assert rc == 0, err
+    lines = out.splitlines()
+    header = [c.strip() for c in lines[0].strip("|").split("|")]
+    assert header == ["model", "size", "params", "backend", "threads", "test", "t/s", "llama.cpp t/s", "ratio"]
+    body = [[c.strip() for c in line.strip("|").split("|")] for line in lines[2:2 + len(TESTS)]]
+    assert [r[5] for r in body] == TESTS
+    for r in body:
+        assert r[4] == "2"
+        assert float(r[6].split("±")[0]) > 0 and float(r[7].split("±")[0]) > 0 and float(r[8]) > 0
+    assert "RssAnon" in out and "memory-mapped" in out
+
+
+def test_csv_ours_only_argmax(capsys, tiny_q8):
+    rc, out, err = _run(capsys, ["-m", str(tiny_q8), *SMALL, "--tg-tokens", "argmax", "--no-warmup", "-o", "csv"])
+    assert rc == 0, err
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert [r["test"] for r in rows] == TESTS
+    assert "ratio" not in rows[0] and not any(k.startswith("llama_cpp") for k in rows[0])
+    assert all(float(r["glm5next_tps_median"]) > 0 for r in rows)
+    assert "RssAnon" in err  # memory goes to stderr so stdout stays CSV
+
+
+def test_zero_skips_a_kind(capsys, tiny_q8):
+    rc, out, err = _run(capsys, ["-m", str(tiny_q8), "-p", "0", "-n", "2,3", "-r", "1", "-o", "json"])
+    assert rc == 0, err
+    assert [r["test"] for r in json.loads(out)["rows"]] == ["tg2", "tg3"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["-d", "0,x"], "-d must be a comma-separated list of integers"),
+    (["-d", "0,-5"], "-d values must be >= 0"),
+    (["-d", ""], "-d must be a comma-separated list of integers"),
+    (["-p", "1.5"], "-p must be a comma-separated list"),
+    (["-t", "0"], "-t must be >= 1"),
+    (["-r", "two"], "-r must be an integer"),
+    (["-o", "xml"], "invalid choice"),
+    (["-p", "0", "-n", "0"], "nothing to run"),
+])
+def test_bad_arguments(capsys, tiny_q8, argv, message):
+    rc, out, err = _run(capsys, ["-m", str(tiny_q8), *argv])
+    assert rc == 2
+    assert message in err
+    assert out == ""
+
+
+def test_missing_file(capsys, tmp_path):
+    rc, out, err = _run(capsys, ["-m", str(tmp_path / "nope.gguf")])
+    assert rc == 2 and "model file not found" in err and "nope.gguf" in err
+
+
+def test_not_a_gguf(capsys, tmp_path):
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"not a gguf file at all")
+    rc, out, err = _run(capsys, ["-m", str(bad), "-r", "1"])
+    assert rc == 2 and "cannot load" in err and "bad.gguf" in err
+
+
+def test_upstream_cannot_load_native_arch(capsys, checkpoints):
+    """A file written with the default (native) arch loads here but not upstream: clear error, exit 2."""
+    path = checkpoints.convert(checkpoints.make("bench-tiny", "tiny"), tag="-native", outtype="q8_0")
+    rc, out, err = _run(capsys, ["-m", str(path), "-p", "4", "-n", "2", "-r", "1", "--llama-cpp"])
+    assert rc == 2 and "llama-cpp-python cannot load" in err and "--arch glm5-next" in err
+
+
+def test_rows_are_name_callable_pairs():
+    """Rows are (name, run, params); run(runner) times one repetition on anything with reset/eval/argmax."""
+    class Counter:
+        key = "fake"
+
+        def __init__(self):
+            self.fed = []
+
+        def reset(self):
+            self.fed = []
+
+        def eval(self, tokens):
+            self.fed += list(tokens)
+
+        def argmax(self):
+            return 7
+
+    inputs = bench.Inputs(depth=list(range(10)), prompt=[1] * 5, gen=[2] * 4, tg_argmax=False)
+    rows = bench.build_rows([5], [3], [0, 10], inputs)
+    assert [r.name for r in rows] == ["pp5", "tg3", "pp5 @ d10", "tg3 @ d10"]
+    fake = Counter()
+    n, seconds = rows[3].run(fake)
+    assert n == 3 and seconds >= 0 and fake.fed == list(range(10)) + [2, 2, 2]
+    n, _ = rows[2].run(fake)
+    assert n == 5 and fake.fed == list(range(10)) + [1] * 5
