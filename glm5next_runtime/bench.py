@@ -16,8 +16,12 @@ Resident memory (Linux /proc/self/status) is reported after each engine's load a
 memory-mapped, so RssAnon growth should be caches and compute buffers only, never a copy of the file.
 
 Rows are a list of Row(name, run, params): `run(runner)` performs one timed repetition on a Runner and returns
-(tokens, seconds). New kinds of rows (speculative decoding, index sharing, draft types) add a builder next to
-`pp_row` / `tg_row` and a line in `build_rows`.
+(tokens, seconds).
+
+Speculative rows (--spec-n-max, ours only: upstream has no draft-MTP for this model) time tg N through the
+draft-MTP rounds, next to the same rounds without drafts, for each n_max, index-sharing setting and draft type;
+--spec-accept L fixes the mean accepted length per round (synthetic acceptance, runtime.md) so that speed can be
+compared at a given acceptance whatever the weights.
 """
 from __future__ import annotations
 
@@ -73,6 +77,7 @@ class OursRunner:
         from .model import Model
         self.model = Model(path, n_ctx=n_ctx, n_threads=n_threads, n_batch=n_batch)
         self._logits: np.ndarray | None = None
+        self._engines: dict[tuple, Any] = {}
 
     def reset(self) -> None:
         self.model.reset()
@@ -84,6 +89,24 @@ class OursRunner:
     def argmax(self) -> int:
         assert self._logits is not None, "argmax before eval"
         return int(np.argmax(self._logits))
+
+    def spec_decode(self, prompt: Sequence[int], n_gen: int, n_max: int, accept: float | None, share: str,
+                    draft_type: str) -> tuple[int, float, dict]:
+        """Greedy generation of n_gen tokens after `prompt` (untimed) in draft-MTP rounds (n_max 0: no drafts).
+        Returns (tokens, seconds in the rounds, the generator's counters)."""
+        from . import _core
+        key = (draft_type,)
+        if key not in self._engines:  # an engine per draft type: requantizing is done once, at its creation
+            m = self.model
+            self._engines[key] = _core.Engine(m._core, m.n_ctx, m.n_batch, m.n_threads, draft_type)
+        g = _core.Generator(self._engines[key], n_max=n_max, temperature=0.0,
+                            synthetic_accepted=-1.0 if accept is None else accept - 1.0,
+                            index_share={"auto": -1, "off": 0, "on": 1}[share])
+        out = [g.start(list(prompt))]
+        t0 = time.perf_counter()
+        while len(out) < n_gen + 1:
+            out += g.step()
+        return n_gen, time.perf_counter() - t0, g.stats
 
 
 class LlamaCppRunner:
@@ -278,7 +301,24 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--no-warmup", action="store_true", help="skip the untimed run of each row before its repetitions")
     p.add_argument("--seed", type=int, default=0, help="seed of the token ids fed (default 0)")
     p.add_argument("-o", "--output", choices=["md", "csv", "json"], default="md", help="output format (default md)")
+    p.add_argument("--spec-n-max", type=_int_list("--spec-n-max", 1), default=[],
+                   help="draft-MTP rows: drafts per round, comma-separated (default: no speculative rows)")
+    p.add_argument("--spec-accept", type=float, default=None, metavar="L",
+                   help="synthetic acceptance: mean accepted length per round (accepted drafts + 1), e.g. 3.61")
+    p.add_argument("--spec-index-share", type=_choice_list("--spec-index-share", ("auto", "on", "off")),
+                   default=["auto"], help="index sharing of the draft steps, comma-separated (auto, on, off)")
+    p.add_argument("--spec-draft-type", type=_choice_list("--spec-draft-type", ("auto", "q8_0", "q4_0")),
+                   default=["auto"], help="draft layer types, comma-separated (auto = as stored, q8_0, q4_0)")
     return p
+
+
+def _choice_list(what: str, choices: Sequence[str]) -> Callable[[str], list[str]]:
+    def parse(text: str) -> list[str]:
+        items = list(dict.fromkeys(s.strip() for s in text.split(",")))
+        if not items or any(i not in choices for i in items):
+            raise argparse.ArgumentTypeError(f"{what} takes a comma-separated list of {', '.join(choices)}, got {text!r}")
+        return items
+    return parse
 
 
 # ---------------------------------------------------------------------------------------------------- model info
@@ -410,6 +450,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     path: Path = args.model
     if not path.is_file():
         raise BenchError(f"model file not found: {path}")
+    if args.spec_accept is not None and args.spec_accept < 1:
+        raise BenchError(f"--spec-accept {args.spec_accept}: a mean accepted length per round is >= 1")
     if args.llama_cpp:
         try:
             import llama_cpp  # noqa: F401  (imported before the memory baseline)
@@ -422,7 +464,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if not prompts and not gens:
         raise BenchError("nothing to run: -p and -n are both 0")
     max_depth, max_prompt, max_gen = max(args.n_depth), max(prompts, default=0), max(gens, default=0)
-    n_ctx = max_depth + max(max_prompt, max_gen, 1)
+    n_ctx = max_depth + max(max_prompt, max_gen + 1 + max(args.spec_n_max, default=0), 1)
     warm_n = min(args.batch_size, n_ctx)  # one full ubatch
 
     memory: list[dict[str, Any]] = []
@@ -466,8 +508,51 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 out["ratio"] = out[OURS]["tps_median"] / out[UPSTREAM]["tps_median"]
             results.append(out)
             bar.update()
+    spec_rows = run_spec_rows(ours, args, inputs, n_ctx) if args.spec_n_max else []
     return {"model": info, "engines": [r.key for r in runners], "repetitions": args.repetitions,
-            "tg_tokens": args.tg_tokens, "rows": results, "memory": memory}
+            "tg_tokens": args.tg_tokens, "rows": results, "spec_rows": spec_rows, "spec_accept": args.spec_accept,
+            "memory": memory}
+
+
+def run_spec_rows(ours: OursRunner, args: argparse.Namespace, inputs: Inputs, n_ctx: int) -> list[dict[str, Any]]:
+    """For each tg N @ depth and each (n_max, index share, draft type): the median t/s of draft-MTP rounds and of
+    the same rounds without drafts, repetition by repetition, and the acceptance the rounds saw."""
+    rows = []
+    gens = [n for n in args.n_gen if n > 0]
+    combos = [(n_max, share, dt) for n_max in args.spec_n_max for share in args.spec_index_share
+              for dt in args.spec_draft_type]
+    for depth in args.n_depth:
+        prompt = (inputs.depth[:depth] or []) + inputs.gen[:1]
+        for n_gen in gens:
+            if depth + 1 + n_gen + max(args.spec_n_max) > n_ctx:
+                continue
+            for n_max, share, dt in combos:
+                on, off, stats = Stats(), Stats(), {}
+                for rep in range(args.repetitions + (0 if args.no_warmup else 1)):
+                    n, s_off, _ = ours.spec_decode(prompt, n_gen, 0, None, share, dt)
+                    _, s_on, stats = ours.spec_decode(prompt, n_gen, n_max, args.spec_accept, share, dt)
+                    if rep or args.no_warmup:
+                        off.tokens.append(n), off.seconds.append(s_off)
+                        on.tokens.append(n), on.seconds.append(s_on)
+                name = _test_name("tg", n_gen, depth) + f" mtp{n_max}" + (f" share {share}" if share != "auto" else "") \
+                    + (f" draft {dt}" if dt != "auto" else "")
+                rows.append({"test": name, "n_gen": n_gen, "n_depth": depth, "n_max": n_max, "index_share": share,
+                             "draft_type": dt, "spec": on.summary(), "no_spec": off.summary(),
+                             "speedup": statistics.median(on.tps) / statistics.median(off.tps),
+                             "mean_accepted_length": stats["mean_accepted_length"],
+                             "acceptance_per_position": stats["acceptance_per_position"],
+                             "draft_ms": stats["draft_ms"], "verify_ms": stats["verify_ms"]})
+    return rows
+
+
+def render_spec_md(rows: list[dict[str, Any]], accept: float | None) -> str:
+    lines = [[r["test"], _tps_cell(r["spec"]), _tps_cell(r["no_spec"]), f"{r['speedup']:.3f}",
+              f"{r['mean_accepted_length']:.2f}", " ".join(f"{a:.2f}" for a in r["acceptance_per_position"]),
+              f"{r['draft_ms']:.1f} / {r['verify_ms']:.1f}"] for r in rows]
+    table = _table(["test", "t/s", "t/s no drafts", "speedup", "accepted len", "accept per pos", "draft / verify ms"],
+                   ["l", "r", "r", "r", "r", "l", "r"], lines)
+    how = "synthetic acceptance" if accept is not None else "real acceptance (greedy)"
+    return f"draft-MTP ({how}; speedup = t/s / t/s of the same rounds without drafts, medians):\n{table}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -488,6 +573,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(_memory_table(report["memory"]), file=sys.stderr)
     else:
         print(render_md(report))
+        if report["spec_rows"]:
+            print("\n" + render_spec_md(report["spec_rows"], report["spec_accept"]))
     return 0
 
 

@@ -145,3 +145,21 @@ def test_rows_are_name_callable_pairs():
     assert n == 3 and seconds >= 0 and fake.fed == list(range(10)) + [2, 2, 2]
     n, _ = rows[2].run(fake)
     assert n == 5 and fake.fed == list(range(10)) + [1] * 5
+
+
+def test_speculative_rows(capsys, tiny_q8):
+    argv = ["-m", str(tiny_q8), "-p", "0", "-n", "6", "-r", "2", "-t", "2", "--spec-n-max", "2,3",
+            "--spec-accept", "2.5", "--spec-index-share", "on,off", "--spec-draft-type", "auto,q4_0"]
+    rc, out, err = _run(capsys, [*argv, "-o", "json"])
+    assert rc == 0, err
+    rows = json.loads(out)["spec_rows"]
+    assert [r["test"] for r in rows] == [f"tg6 mtp{n} share {s}" + (" draft q4_0" if d else "")
+                                         for n in (2, 3) for s in ("on", "off") for d in (False, True)]
+    for r in rows:
+        _positive_stats(r["spec"])
+        _positive_stats(r["no_spec"])
+        assert r["speedup"] == pytest.approx(r["spec"]["tps_median"] / r["no_spec"]["tps_median"])
+        assert 1.0 <= r["mean_accepted_length"] <= r["n_max"] + 1 and len(r["acceptance_per_position"]) == r["n_max"]
+    rc, out, _ = _run(capsys, argv)
+    assert rc == 0 and "draft-MTP (synthetic acceptance" in out and "tg6 mtp3 share off draft q4_0" in out
+    assert _run(capsys, [*argv[:-8], "--spec-accept", "0.5"])[0] == 2
