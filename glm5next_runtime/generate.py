@@ -26,7 +26,8 @@ class GenerationResult:
     metrics: n_prompt_tokens, n_generated (= len(tokens)), prompt_ms (prompt eval), decode_ms (the generation
         rounds: drafting, verifying, sampling), prompt_tokens_per_s, decode_tokens_per_s (0.0 when nothing was
         generated), and the draft-MTP counters n_drafts (rounds that carried drafts), n_drafted, n_accepted,
-        acceptance_per_position, mean_accepted_length (accepted drafts + 1 per round), draft_ms, verify_ms.
+        acceptance_per_position, drafted_at / accepted_at (rounds that drafted / accepted draft position i),
+        mean_accepted_length (accepted drafts + 1 per round), draft_ms, verify_ms.
     """
 
     text: str
@@ -167,7 +168,7 @@ def _metrics(stats: dict, n_generated: int, decode_s: float) -> dict:
         "prompt_tokens_per_s": stats["n_prompt_tokens"] / prompt_s if prompt_s > 0 else 0.0,
         "decode_tokens_per_s": n_generated / decode_s if n_generated and decode_s > 0 else 0.0,
     }
-    for key in ("n_drafts", "n_drafted", "n_accepted", "acceptance_per_position", "mean_accepted_length",
-                "draft_ms", "verify_ms"):
+    for key in ("n_drafts", "n_drafted", "n_accepted", "acceptance_per_position", "drafted_at", "accepted_at",
+                "mean_accepted_length", "draft_ms", "verify_ms"):
         out[key] = stats[key]
     return out

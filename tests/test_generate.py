@@ -42,7 +42,8 @@ def scripted(model: Model, monkeypatch, script: list[int]) -> None:
     class ScriptedGenerator:
         room = 1_000
         stats = {"n_prompt_tokens": 1, "prompt_ms": 1.0, "n_drafts": 0, "n_drafted": 0, "n_accepted": 0,
-                 "acceptance_per_position": [], "mean_accepted_length": 0.0, "draft_ms": 0.0, "verify_ms": 0.0}
+                 "acceptance_per_position": [], "drafted_at": [], "accepted_at": [], "mean_accepted_length": 0.0,
+                 "draft_ms": 0.0, "verify_ms": 0.0}
 
         def __init__(self, *args, **kwargs):
             pass
@@ -188,8 +189,8 @@ def test_generation_stops_at_the_context_size(gguf, monkeypatch):
 def test_metrics(model):
     got = model.generate(PROMPT, max_tokens=10, temperature=0, stop=None)
     keys = {"n_prompt_tokens", "n_generated", "prompt_ms", "decode_ms", "prompt_tokens_per_s", "decode_tokens_per_s"}
-    spec = {"n_drafts", "n_drafted", "n_accepted", "acceptance_per_position", "mean_accepted_length", "draft_ms",
-            "verify_ms"}
+    spec = {"n_drafts", "n_drafted", "n_accepted", "acceptance_per_position", "drafted_at", "accepted_at",
+            "mean_accepted_length", "draft_ms", "verify_ms"}
     assert set(got.metrics) == keys | spec
     assert got.metrics["n_prompt_tokens"] == len(model.tokenize(PROMPT))
     assert got.metrics["n_generated"] == len(got.tokens) > 0

@@ -1,0 +1,70 @@
+"""The model flags that glm5next-server and glm5next-cli share (llama.cpp names and meanings), and loading a Model
+from them."""
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from .model import INDEX_SHARE, SPEC_TYPES, Model
+from .placement import describe_placement
+
+DRAFT_TYPES = ("auto", "q8_0", "q4_0")
+
+
+def add_model_args(p: argparse.ArgumentParser) -> None:
+    """Add -m, -md, -c, -t, -b, the placement flags, the speculation flags, --override-kv and --seed to `p`."""
+    p.add_argument("-m", "--model", required=True, metavar="FILE", help="the glm5next .gguf file")
+    p.add_argument("-md", "--model-draft", metavar="FILE",
+                   help="separate draft file (converted with --mtp-only) whose NextN layer drafts for -m")
+    p.add_argument("-c", "--ctx-size", type=int, default=4096, metavar="N", help="context size in tokens (4096)")
+    p.add_argument("-t", "--threads", type=int, metavar="N", help="CPU threads (default: all cores)")
+    p.add_argument("-b", "--batch-size", type=int, default=512, metavar="N",
+                   help="prompt tokens per forward pass (512)")
+    p.add_argument("-ngl", "--n-gpu-layers", "--gpu-layers", type=int, default=0, metavar="N",
+                   help="offload the last N layers (trunk layers + output layer) to the first GPU (0)")
+    p.add_argument("--cpu-moe", action="store_true", help="keep every routed-expert weight on the CPU")
+    p.add_argument("--n-cpu-moe", type=int, default=0, metavar="N",
+                   help="keep the routed experts of the first N layers on the CPU")
+    p.add_argument("-ot", "--override-tensor", action="append", default=[], metavar="REGEX=DEVICE",
+                   help="put tensors matching REGEX on DEVICE (repeatable; comma-separated lists too)")
+    p.add_argument("--spec-type", choices=SPEC_TYPES,
+                   help="speculative decoding (default: draft-mtp when the file has a NextN layer, else none)")
+    p.add_argument("--spec-draft-n-max", type=int, default=3, metavar="N", help="draft tokens per round (3)")
+    p.add_argument("--spec-draft-n-min", type=int, default=0, metavar="N",
+                   help="shortest draft worth verifying (0)")
+    p.add_argument("--spec-draft-p-min", type=float, default=0.0, metavar="P",
+                   help="stop drafting below this draft probability (0.0)")
+    p.add_argument("--spec-draft-type", choices=DRAFT_TYPES, default="auto",
+                   help="weight type of the draft layer: auto (as stored) or requantized at load (q8_0, q4_0)")
+    p.add_argument("--spec-index-share", choices=list(INDEX_SHARE), default="auto",
+                   help="draft steps >= 1 reuse step 0's indexer selection (auto: the file's metadata)")
+    p.add_argument("--override-kv", action="append", default=[], metavar="KEY=TYPE:VALUE",
+                   help="override a GGUF metadata key; TYPE is int, float, bool or str (repeatable)")
+    p.add_argument("--seed", type=int, default=-1, help="sampling seed (-1: a random one per request)")
+
+
+def model_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """Model(**kwargs) from parsed add_model_args flags."""
+    return dict(path=args.model, n_ctx=args.ctx_size, n_threads=args.threads, n_batch=args.batch_size,
+                override_kv=args.override_kv, n_gpu_layers=args.n_gpu_layers, cpu_moe=args.cpu_moe,
+                n_cpu_moe=args.n_cpu_moe, override_tensor=args.override_tensor, spec_type=args.spec_type,
+                draft_n_max=args.spec_draft_n_max, draft_n_min=args.spec_draft_n_min,
+                draft_p_min=args.spec_draft_p_min, spec_index_share=args.spec_index_share,
+                spec_draft_type=args.spec_draft_type, draft_model=args.model_draft)
+
+
+def request_seed(args: argparse.Namespace) -> int | None:
+    """The seed for requests that bring none: --seed, or None (a random one each time) for a negative --seed."""
+    return args.seed if args.seed >= 0 else None
+
+
+def describe_model(model: Model, args: argparse.Namespace) -> list[str]:
+    """Load-log lines: the placement plan summary and which speculation runs (and why)."""
+    if model.spec_type == "draft-mtp":
+        source = f"the NextN layer of {args.model_draft}" if args.model_draft else "the file's NextN layer"
+        spec = (f"draft-mtp with {source} (n_max {args.spec_draft_n_max}, n_min {args.spec_draft_n_min}, "
+                f"p_min {args.spec_draft_p_min}, index sharing {args.spec_index_share}, "
+                f"draft type {args.spec_draft_type})")
+    else:
+        spec = "none (--spec-type none)" if args.spec_type == "none" else "none (the file has no NextN layer)"
+    return [f"placement: {describe_placement(model.placement())}", f"speculation: {spec}"]

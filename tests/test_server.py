@@ -1,0 +1,511 @@
+"""glm5next-server (issue 5): the real server in a subprocess on a free loopback port, driven by the openai client
+and by raw HTTP for what the client cannot send.
+
+Two servers per module: `spec` serves the "predictable" file (NextN layer: draft-mtp on by default, drafts get
+accepted) with 2 slots; `plain` serves a tiny file without a NextN layer (speculation off by default) with 1 slot,
+an --api-key, an --alias and --no-jinja. Greedy text is compared with the Python API on the same file, so the
+server adds nothing and loses nothing. Start-up failures run server.main in-process (uvicorn.run replaced by a
+recorder, so that nothing is served) and once as a real process. Every request has a timeout, every wait is
+bounded, and the servers are stopped (killed if need be) in teardown."""
+from __future__ import annotations
+
+import http.client
+import json
+import logging
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import openai
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from glm5next_runtime import Model, server as server_module
+from glm5next_runtime.chat import split_reasoning
+
+N_CTX = 4096  # room for the long streams of the disconnect test; the tiny models stay fast
+TIMEOUT = 30.0  # seconds, for every request
+API_KEY = "sk-test-key"
+ALIAS = "glm-tiny"
+SERVER = Path(sys.executable).parent / "glm5next-server"
+PROMPTS = ["Hello world", "The quick brown fox", "Once upon a time", "A B C D", "tell me a story",
+           "1 2 3 4 5", "zebra crossing", "what is the answer"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """glm5next-server in a subprocess; its output goes to a file (a pipe nobody reads could block it)."""
+
+    def __init__(self, gguf: Path, log: Path, *flags: str):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = log
+        with open(log, "wb") as out:
+            self.proc = subprocess.Popen([str(SERVER), "-m", str(gguf), "--port", str(self.port), "-t", "1",
+                                          "-c", str(N_CTX), *flags], stdout=out, stderr=subprocess.STDOUT)
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _wait_ready(self, limit: float = 60.0) -> None:
+        deadline = time.monotonic() + limit
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                pytest.fail(f"the server exited with {self.proc.returncode}:\n{self.log.read_text()}")
+            try:
+                if get(self, "/health")[0] == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.1)
+        pytest.fail(f"the server did not answer /health within {limit} s:\n{self.log.read_text()}")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def client(self, api_key: str = "unused") -> openai.OpenAI:
+        return openai.OpenAI(base_url=f"{self.url}/v1", api_key=api_key, timeout=TIMEOUT, max_retries=0)
+
+
+def request(server: Server, method: str, path: str, body: bytes | None = None,
+            headers: dict[str, str] | None = None) -> tuple[int, bytes]:
+    req = urllib.request.Request(server.url + path, data=body, method=method, headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=TIMEOUT) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+def get(server: Server, path: str, **kw) -> tuple[int, bytes]:
+    return request(server, "GET", path, **kw)
+
+
+def post_json(server: Server, path: str, body: object, **kw) -> tuple[int, dict]:
+    raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+    status, out = request(server, "POST", path, raw, headers={"Content-Type": "application/json",
+                                                              **kw.pop("headers", {})}, **kw)
+    return status, json.loads(out)
+
+
+def metrics(server: Server, **kw) -> dict[str, float]:
+    """Sample name (with labels) -> value."""
+    status, text = get(server, "/metrics", **kw)
+    assert status == 200
+    out = {}
+    for family in text_string_to_metric_families(text.decode()):
+        for s in family.samples:
+            labels = ",".join(f"{k}={v}" for k, v in sorted(s.labels.items()))
+            out[f"{s.name}{{{labels}}}" if labels else s.name] = s.value
+    return out
+
+
+def wait_idle(server: Server, slots: int, limit: float = 15.0, **kw) -> None:
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        if json.loads(get(server, "/health", **kw)[1])["slots_idle"] == slots:
+            return
+        time.sleep(0.05)
+    pytest.fail(f"slots still busy after {limit} s")
+
+
+@pytest.fixture(scope="module")
+def spec_gguf(checkpoints) -> Path:
+    return checkpoints.convert(checkpoints.make("spec-predictable", "predictable", dtype="f32"), outtype="f32")
+
+
+@pytest.fixture(scope="module")
+def plain_gguf(checkpoints) -> Path:
+    return checkpoints.convert(checkpoints.make("server-no-nextn", "tiny", dtype="f32", nextn=False),
+                               outtype="f32")
+
+
+@pytest.fixture(scope="module")
+def spec(spec_gguf, tmp_path_factory):
+    server = Server(spec_gguf, tmp_path_factory.mktemp("spec") / "server.log", "-np", "2")
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def plain(plain_gguf, tmp_path_factory):
+    server = Server(plain_gguf, tmp_path_factory.mktemp("plain") / "server.log", "--api-key", API_KEY,
+                    "--alias", ALIAS, "--no-jinja")
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def spec_model(spec_gguf) -> Model:
+    return Model(spec_gguf, n_ctx=N_CTX, n_threads=1)
+
+
+@pytest.fixture(scope="module")
+def plain_model(plain_gguf) -> Model:
+    return Model(plain_gguf, n_ctx=N_CTX, n_threads=1)
+
+
+def name(model: Model) -> str:
+    """The model name the server lists for the file of `model`."""
+    return Path(model.path).name
+
+
+def greedy(model: Model, prompt: str, n: int = 24, **kw):
+    return model.generate(prompt, max_tokens=n, temperature=0, **kw)
+
+
+# ------------------------------------------------------------------------------------------ start-up and info
+
+def test_start_up_log_says_speculation_and_placement(spec, plain):
+    spec_log, plain_log = spec.log.read_text(), plain.log.read_text()
+    assert "speculation: draft-mtp" in spec_log and "placement: CPU:" in spec_log
+    assert "speculation: none (the file has no NextN layer)" in plain_log
+
+
+def test_health_and_models(spec, plain, spec_gguf):
+    status, body = get(spec, "/health")
+    assert status == 200 and json.loads(body) == {"status": "ok", "slots_idle": 2, "slots_processing": 0}
+    assert [m.id for m in spec.client().models.list()] == [spec_gguf.name]
+    assert [m.id for m in plain.client(API_KEY).models.list()] == [ALIAS]
+
+
+# ------------------------------------------------------------------------------------------ completions
+
+@pytest.mark.parametrize("extra, drafts", [({}, True), ({"speculative": {"n_max": 0}}, False),
+                                           ({"speculative.n_max": 0}, False), ({"speculative": {"n_max": 1}}, True)])
+def test_completion_greedy_equals_python_api(spec, spec_model, extra, drafts):
+    want = greedy(spec_model, PROMPTS[0])
+    got = spec.client().completions.create(model=name(spec_model), prompt=PROMPTS[0], max_tokens=24,
+                                           temperature=0, extra_body=extra)
+    assert got.choices[0].text == want.text
+    assert got.choices[0].finish_reason == want.finish_reason == "length"
+    assert (got.usage.prompt_tokens, got.usage.completion_tokens) == (want.metrics["n_prompt_tokens"], 24)
+    assert got.usage.total_tokens == got.usage.prompt_tokens + 24
+    timings = got.model_extra["timings"]
+    assert timings["prompt_n"] == got.usage.prompt_tokens and timings["predicted_n"] == 24
+    assert timings["predicted_per_second"] > 0 and timings["prompt_per_second"] > 0
+    assert (timings["draft_n"] > 0) == drafts and (timings["draft_n_accepted"] > 0) == drafts
+
+
+def test_completion_stream_equals_python_api(spec, spec_model):
+    want = greedy(spec_model, PROMPTS[1])
+    chunks = list(spec.client().completions.create(model=name(spec_model), prompt=PROMPTS[1], max_tokens=24,
+                                                   temperature=0, stream=True))
+    assert "".join(c.choices[0].text for c in chunks) == want.text
+    assert [c.choices[0].finish_reason for c in chunks[:-1]] == [None] * (len(chunks) - 1)
+    last = chunks[-1]
+    assert last.choices[0].finish_reason == "length"
+    assert last.usage.completion_tokens == 24
+    assert last.model_extra["timings"]["draft_n"] > 0
+
+
+def test_token_prompt(spec, spec_model):
+    ids = spec_model.tokenize(PROMPTS[2], add_special=True)
+    status, body = post_json(spec, "/v1/completions", {"prompt": ids, "max_tokens": 12, "temperature": 0})
+    assert status == 200 and body["choices"][0]["text"] == greedy(spec_model, PROMPTS[2], 12).text
+
+
+def test_plain_server_greedy_equals_python_api(plain, plain_model):
+    client = plain.client(API_KEY)
+    for prompt in PROMPTS[:3]:
+        want = greedy(plain_model, prompt)
+        got = client.completions.create(model=ALIAS, prompt=prompt, max_tokens=24, temperature=0)
+        assert (got.choices[0].text, got.choices[0].finish_reason) == (want.text, want.finish_reason)
+        assert got.model_extra["timings"]["draft_n"] == 0
+
+
+def test_stop_strings_and_seed(spec, spec_model):
+    client = spec.client()
+    full = greedy(spec_model, PROMPTS[3], 40).text
+    stop = next(full[i:i + 2] for i in range(len(full) // 3, len(full) - 2) if "\ufffd" not in full[i:i + 2])
+    got = client.completions.create(model=name(spec_model), prompt=PROMPTS[3], max_tokens=40, temperature=0,
+                                    stop=[stop])
+    assert got.choices[0].text == full[:full.find(stop)] and got.choices[0].finish_reason == "stop"
+
+    sampled = dict(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
+    want = spec_model.generate(PROMPTS[3], max_tokens=16, seed=5, **sampled).text
+    for _ in range(2):
+        status, body = post_json(spec, "/v1/completions", {"prompt": PROMPTS[3], "max_tokens": 16, "seed": 5,
+                                                           **sampled})
+        assert status == 200 and body["choices"][0]["text"] == want
+
+
+# ------------------------------------------------------------------------------------------ chat
+
+RENDERED = "[gMASK]<sop><|user|>\nHi there<|assistant|>\n<think>"  # the generated checkpoints' template
+MESSAGES = [{"role": "user", "content": "Hi there"}]
+
+
+def test_chat_splits_reasoning(spec, spec_model):
+    want_reasoning, want_content = split_reasoning(greedy(spec_model, RENDERED).text)
+    client = spec.client()
+    got = client.chat.completions.create(model=name(spec_model), messages=MESSAGES, max_tokens=24,
+                                         temperature=0)
+    message = got.choices[0].message
+    assert (message.model_extra["reasoning_content"], message.content) == (want_reasoning, want_content)
+    assert got.usage.completion_tokens == 24 and "timings" in got.model_extra
+
+    chunks = list(client.chat.completions.create(model=name(spec_model), messages=MESSAGES,
+                                                 max_tokens=24, temperature=0, stream=True))
+    assert chunks[0].choices[0].delta.role == "assistant"
+    kinds = [("reasoning" if "reasoning_content" in (c.choices[0].delta.model_extra or {}) else "content")
+             for c in chunks[1:-1]]
+    assert kinds == sorted(kinds, key=lambda k: k == "content")  # reasoning deltas first, then content
+    reasoning = "".join(c.choices[0].delta.model_extra.get("reasoning_content", "") for c in chunks[1:-1])
+    content = "".join(c.choices[0].delta.content or "" for c in chunks[1:-1])
+    assert (reasoning, content) == (want_reasoning, want_content)
+    assert chunks[-1].choices[0].finish_reason == "length" and chunks[-1].usage.completion_tokens == 24
+
+
+def test_chat_without_thinking_has_no_reasoning(spec, spec_model):
+    want = greedy(spec_model, "[gMASK]<sop><|user|>\nHi there<|assistant|>\n<think></think>\n")
+    status, body = post_json(spec, "/v1/chat/completions", {
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "Hi "}, {"type": "text", "text": "there"}]}],
+        "max_tokens": 24, "temperature": 0, "chat_template_kwargs": {"enable_thinking": False}})
+    assert status == 200
+    message = body["choices"][0]["message"]
+    assert message == {"role": "assistant", "content": want.text}
+
+
+# ------------------------------------------------------------------------------------------ concurrency
+
+def test_concurrent_clients_get_their_own_text(spec, spec_model):
+    want = {p: greedy(spec_model, p, 32).text for p in PROMPTS}
+    client = spec.client()
+
+    def ask(i: int) -> tuple[str, str]:
+        prompt = PROMPTS[i]
+        kwargs = dict(model=name(spec_model), prompt=prompt, max_tokens=32, temperature=0)
+        if i % 2:
+            return prompt, "".join(c.choices[0].text for c in client.completions.create(stream=True, **kwargs))
+        return prompt, client.completions.create(**kwargs).choices[0].text
+
+    with ThreadPoolExecutor(len(PROMPTS)) as pool:
+        got = dict(pool.map(ask, range(len(PROMPTS)), timeout=4 * TIMEOUT))
+    assert got == want
+    wait_idle(spec, 2)
+
+
+# ------------------------------------------------------------------------------------------ metrics
+
+def test_metrics_move(spec, spec_model):
+    before = metrics(spec)
+    got = spec.client().completions.create(model=name(spec_model), prompt=PROMPTS[4], max_tokens=20,
+                                           temperature=0)
+    after = metrics(spec)
+
+    def moved(name: str) -> float:
+        return after[name] - before.get(name, 0.0)
+
+    assert moved("glm5next_prompt_tokens_total") == got.usage.prompt_tokens
+    assert moved("glm5next_tokens_predicted_total") == 20
+    assert moved("glm5next_requests_total{endpoint=completions}") == 1
+    assert moved("glm5next_spec_draft_tokens_total") == got.model_extra["timings"]["draft_n"] > 0
+    assert moved("glm5next_spec_draft_tokens_accepted_total") == got.model_extra["timings"]["draft_n_accepted"]
+    assert moved("glm5next_spec_drafts_total") > 0
+    assert after["glm5next_predicted_tokens_seconds"] > 0 and after["glm5next_prompt_tokens_seconds"] > 0
+    assert after["glm5next_spec_mean_accepted_length"] > 1
+    assert 0 < after["glm5next_spec_acceptance_rate{position=1}"] <= 1
+    assert moved("glm5next_spec_position_drafted_total{position=1}") == moved("glm5next_spec_drafts_total")
+    assert 0 < moved("glm5next_spec_position_accepted_total{position=1}") <= moved("glm5next_spec_drafts_total")
+    assert after["glm5next_requests_processing"] == 0 and after["glm5next_requests_deferred"] == 0
+
+
+# ------------------------------------------------------------------------------------------ bad input
+
+BAD = [
+    (b'{"prompt": "Hello", "max_tokens": 4', 400, "invalid_request_error"),  # malformed JSON
+    (b'[1, 2]', 400, "invalid_request_error"),
+    ({"prompt": 5}, 400, "invalid_request_error"),
+    ({"prompt": "Hello", "max_tokens": "5"}, 400, "invalid_request_error"),
+    ({"prompt": "Hello", "temperature": "hot"}, 400, "invalid_request_error"),
+    ({"prompt": "Hello", "max_tokens": -1}, 400, "invalid_request_error"),
+    ({"prompt": "Hello", "top_p": 0}, 400, "invalid_request_error"),
+    ({"prompt": "Hello", "stop": [""]}, 400, "invalid_request_error"),
+    ({"prompt": "Hello", "n": 2}, 400, "invalid_request_error"),
+    ({"prompt": "Hello", "speculative": {"n_max": -1}}, 400, "invalid_request_error"),
+    ({"prompt": "Hello", "speculative.n_max": 4096}, 400, "invalid_request_error"),  # >= n_batch
+    ({"prompt": ""}, 400, "invalid_request_error"),
+    ({"prompt": [1, 100000]}, 400, "invalid_request_error"),
+    ({"prompt": "hello " * N_CTX}, 400, "exceed_context_size_error"),
+    ({"prompt": "Hello", "model": "gpt-4"}, 404, "not_found_error"),
+]
+
+
+@pytest.mark.parametrize("body, status, kind", BAD, ids=range(len(BAD)))
+def test_bad_completion_requests_get_openai_errors(spec, body, status, kind):
+    got, out = post_json(spec, "/v1/completions", body)
+    assert got == status
+    assert set(out) == {"error"} and out["error"]["type"] == kind and out["error"]["code"] == status
+    assert isinstance(out["error"]["message"], str) and out["error"]["message"]
+
+
+BAD_CHAT = [
+    ({"messages": "hi"}, 400),
+    ({"messages": []}, 400),
+    ({"messages": [{"content": "no role"}]}, 400),
+    ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": "x"}]}]}, 400),
+    ({"messages": MESSAGES, "max_completion_tokens": -3}, 400),
+    ({"messages": MESSAGES, "model": "nope"}, 404),
+]
+
+
+@pytest.mark.parametrize("body, status", BAD_CHAT, ids=range(len(BAD_CHAT)))
+def test_bad_chat_requests_get_openai_errors(spec, body, status):
+    got, out = post_json(spec, "/v1/chat/completions", body)
+    assert got == status and set(out["error"]) >= {"message", "type", "code"}
+
+
+def test_context_error_names_the_sizes(spec):
+    status, out = post_json(spec, "/v1/completions", {"prompt": "hello " * N_CTX})
+    assert status == 400 and out["error"]["n_ctx"] == N_CTX and out["error"]["n_prompt_tokens"] >= N_CTX
+
+
+def test_openai_client_raises_on_bad_input(spec, spec_model):
+    client = spec.client()
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(model=name(spec_model), prompt="hello " * N_CTX)
+    assert e.value.body["type"] == "exceed_context_size_error"
+    with pytest.raises(openai.NotFoundError):
+        client.chat.completions.create(model="gpt-4o", messages=MESSAGES)
+
+
+def test_unknown_route_and_method(spec):
+    status, body = get(spec, "/v1/nothing")
+    assert status == 404 and json.loads(body)["error"]["type"] == "not_found_error"
+    status, body = get(spec, "/v1/completions")
+    assert status == 405 and set(json.loads(body)["error"]) == {"code", "message", "type"}
+
+
+def test_api_key(plain):
+    assert get(plain, "/health")[0] == 200  # public, as in llama-server
+    assert get(plain, "/v1/models")[0] == 200
+    body = {"prompt": "Hello", "max_tokens": 2}
+    for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": API_KEY}):
+        status, out = post_json(plain, "/v1/completions", body, headers=headers)
+        assert status == 401 and out["error"]["type"] == "authentication_error"
+    assert get(plain, "/metrics")[0] == 401
+    status, out = post_json(plain, "/v1/completions", b"{not json", headers={})
+    assert status == 401  # nothing is parsed before the key is checked
+    for headers in ({"Authorization": f"Bearer {API_KEY}"}, {"X-Api-Key": API_KEY}):
+        assert post_json(plain, "/v1/completions", body, headers=headers)[0] == 200
+    with pytest.raises(openai.AuthenticationError):
+        plain.client("wrong").completions.create(model=ALIAS, prompt="Hello", max_tokens=2)
+    assert get(plain, "/metrics", headers={"Authorization": f"Bearer {API_KEY}"})[0] == 200
+
+
+def test_server_still_serves_after_bad_input(spec):
+    assert get(spec, "/health")[0] == 200
+    wait_idle(spec, 2)
+
+
+# ------------------------------------------------------------------------------------------ disconnects
+
+def open_stream(server: Server, prompt: str) -> http.client.HTTPConnection:
+    """A greedy stream long enough (thousands of tokens) to outlive the test unless the server cuts it; returns
+    the connection after its first event arrived."""
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=TIMEOUT)
+    conn.request("POST", "/v1/completions", json.dumps({"prompt": prompt, "max_tokens": N_CTX, "temperature": 0,
+                                                        "stream": True}), {"Content-Type": "application/json"})
+    response = conn.getresponse()
+    assert response.status == 200
+    assert response.readline().startswith(b"data: ")
+    return conn
+
+
+def test_disconnected_streams_free_their_slots(spec, spec_model):
+    before = metrics(spec)
+    conns = [open_stream(spec, p) for p in PROMPTS[:2]]  # both slots busy
+    for conn in conns:
+        conn.sock.shutdown(socket.SHUT_RDWR)
+        conn.close()
+    wait_idle(spec, 2)
+    got = spec.client().completions.create(model=name(spec_model), prompt=PROMPTS[5],
+                                           max_tokens=8, temperature=0)
+    assert got.choices[0].text == greedy(spec_model, PROMPTS[5], 8).text
+    after = metrics(spec)
+    # the cut streams never finished: only the last request was counted
+    assert after["glm5next_requests_total{endpoint=completions}"] - \
+        before["glm5next_requests_total{endpoint=completions}"] == 1
+
+
+def test_no_jinja_turns_chat_off(plain):
+    status, out = post_json(plain, "/v1/chat/completions", {"messages": MESSAGES},
+                            headers={"Authorization": f"Bearer {API_KEY}"})
+    assert status == 501 and out["error"]["type"] == "not_supported_error"
+
+
+# ------------------------------------------------------------------------------------------ start-up failures
+
+@pytest.fixture
+def no_serving(monkeypatch):
+    """server.main with uvicorn.run replaced: records the app instead of binding a port."""
+    served = []
+    monkeypatch.setattr(server_module.uvicorn, "run", lambda app, **kw: served.append((app, kw)))
+    return served
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--spec-draft-type", "q5_k"], "invalid choice"),
+    (["--spec-type", "eagle"], "invalid choice"),
+    (["-np", "0"], "-np/--parallel 0: must be >= 1"),
+    (["-c", "many"], "invalid int value"),
+])
+def test_usage_errors_exit_2(spec_gguf, no_serving, capsys, flags, message):
+    with pytest.raises(SystemExit) as e:
+        server_module.main(["-m", str(spec_gguf), *flags])
+    assert e.value.code == 2 and message in capsys.readouterr().err and not no_serving
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--override-kv", "glm5next.attention.indexer.top_k=int:lots"], "--override-kv"),
+    (["--override-kv", "no-equals-sign"], "expected KEY=TYPE:VALUE"),
+    (["-ot", "exps=NPU7"], "unknown device 'NPU7'"),
+    (["-c", "0"], "n_ctx = 0"),
+    (["-md", "/no/such/draft.gguf"], "draft.gguf"),
+])
+def test_load_errors_exit_1_before_serving(spec_gguf, no_serving, capsys, flags, message):
+    assert server_module.main(["-m", str(spec_gguf), *flags]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("glm5next-server: error: ") and message in err and not no_serving
+
+
+def test_missing_file_and_speculation_without_nextn(plain_gguf, no_serving, capsys):
+    assert server_module.main(["-m", "/no/such/file.gguf"]) == 1
+    assert "no such file" in capsys.readouterr().err
+    assert server_module.main(["-m", str(plain_gguf), "--spec-type", "draft-mtp"]) == 1
+    assert "needs a NextN layer" in capsys.readouterr().err and not no_serving
+
+
+def test_spec_type_none_is_logged(spec_gguf, no_serving, caplog):
+    caplog.set_level(logging.INFO, logger="glm5next.server")
+    assert server_module.main(["-m", str(spec_gguf), "-t", "1", "-c", "64", "--spec-type", "none",
+                               "--host", "127.0.0.2", "--port", "9"]) == 0
+    assert "speculation: none (--spec-type none)" in caplog.text
+    (_app, kw), = no_serving
+    assert (kw["host"], kw["port"]) == ("127.0.0.2", 9)
+
+
+def test_bad_override_kv_process_exits_without_binding(spec_gguf):
+    port = free_port()
+    run = subprocess.run([str(SERVER), "-m", str(spec_gguf), "--port", str(port),
+                          "--override-kv", "glm5next.attention.indexer.top_k=str"],
+                         capture_output=True, text=True, timeout=TIMEOUT)
+    assert run.returncode == 1 and "--override-kv" in run.stderr and "Uvicorn running" not in run.stderr
