@@ -34,9 +34,10 @@ Generator::Generator(Engine & engine, const SpecParams & spec, const SamplerPara
     share_ = spec_.index_share < 0 ? engine.index_share_mtp() : spec_.index_share > 0;
 }
 
-Generator::Draft Generator::draft(int64_t p0, int64_t n_max) {
-    Draft d;
-    std::vector<float> q;
+void Generator::draft(int64_t p0, int64_t n_max) {
+    Draft & d = draft_;
+    d.tokens.clear();
+    if ((int64_t) d.q.size() < n_max) d.q.resize(n_max);
     const int64_t n_vocab = engine_.n_vocab();
     DraftOutput out = engine_.draft_rows(pending_h_.data(), pending_x_.data(), (int64_t) pending_x_.size(),
                                          pending_pos_, nullptr, -1);
@@ -49,12 +50,11 @@ Generator::Draft Generator::draft(int64_t p0, int64_t n_max) {
         if (spec_.p_min > 0.0f && top_probability(out.logits) < spec_.p_min) {
             break;
         }
+        std::vector<float> & q = d.q[k];
         sampler_.distribution(out.logits.data(), n_vocab, q);
         d.tokens.push_back(sampler_.greedy() ? (int32_t) (std::max_element(q.begin(), q.end()) - q.begin())
                                              : sampler_.sample_from(q));
-        d.q.push_back(q);
     }
-    return d;
 }
 
 int64_t Generator::synthetic_keep(int64_t n_drafts) {
@@ -102,14 +102,15 @@ std::vector<int32_t> Generator::step() {
     }
     const int64_t n_embd = engine_.n_embd(), n_vocab = engine_.n_vocab();
     const int64_t P = engine_.n_past(), p0 = P - 1;
-    Draft d;
+    Draft & d = draft_;
+    d.tokens.clear();
     if (spec_.n_max > 0) {  // step 0 is the row (h_p0, next); the pending rows before it are written with it
         pending_h_.insert(pending_h_.end(), h_last_.begin(), h_last_.end());
         pending_x_.push_back(next_);
         const auto t0 = clock::now();
-        d = draft(p0, std::min<int64_t>(spec_.n_max, room() - 1));
+        draft(p0, std::min<int64_t>(spec_.n_max, room() - 1));
         stats_.draft_ms += ms_since(t0);
-        if ((int64_t) d.tokens.size() < spec_.n_min) d = Draft();
+        if ((int64_t) d.tokens.size() < spec_.n_min) d.tokens.clear();
     }
 
     std::vector<int32_t> batch = {next_};

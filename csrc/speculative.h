@@ -56,10 +56,10 @@ public:
 private:
     struct Draft {
         std::vector<int32_t> tokens;
-        std::vector<std::vector<float>> q;  // the draft distribution of each drafted token
+        std::vector<std::vector<float>> q;  // q[i]: the draft distribution of tokens[i] (storage reused by rounds)
     };
-    // Writes the pending draft rows (the last one is step 0, at p0) and drafts up to n_max tokens.
-    Draft draft(int64_t p0, int64_t n_max);
+    // Writes the pending draft rows (the last one is step 0, at p0) and drafts up to n_max tokens into draft_.
+    void draft(int64_t p0, int64_t n_max);
     int64_t synthetic_keep(int64_t n_drafts);
 
     Engine & engine_;
@@ -74,6 +74,7 @@ private:
     std::vector<float> pending_h_;
     std::vector<int32_t> pending_x_;
     int64_t pending_pos_ = 0;
+    Draft draft_;           // this round's drafts (reused)
     std::vector<float> p_;  // the target distribution of a row (reused)
     std::mt19937_64 synthetic_rng_{12345};
 };
