@@ -19,7 +19,6 @@ import sysconfig
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-import numpy as np
 import torch
 from safetensors.torch import save_file
 
@@ -127,7 +126,8 @@ PRESETS: dict[str, dict] = {
 }
 
 
-def _text_config(s: CheckpointSpec) -> dict:
+def text_config(s: CheckpointSpec) -> dict:
+    """The text model's config (config.json's `text_config`, or its top level when flat)."""
     assert len(s.layer_pattern) == s.num_hidden_layers, "layer_pattern needs one letter per trunk layer"
     indexer = s.indexer_pattern or "F" * s.num_hidden_layers
     claim_nextn = s.nextn if s.claim_nextn is None else s.claim_nextn
@@ -194,7 +194,7 @@ def _vision_config(s: CheckpointSpec) -> dict:
 
 
 def _config(s: CheckpointSpec) -> dict:
-    text = _text_config(s)
+    text = text_config(s)
     dtype = {"f32": "float32"}.get(s.dtype, "bfloat16")
     if s.flat_config:
         cfg = {"architectures": ["Glm5NextForConditionalGeneration"], **text, "model_type": "glm5_next",
@@ -227,6 +227,13 @@ def _tokenizer_corpus() -> list[str]:
 
 def write_tokenizer(s: CheckpointSpec, out: Path) -> None:
     """tokenizer.json (byte-level BPE, GLM split regex) + tokenizer_config.json with the chat template."""
+    save_tokenizer(train_tokenizer(s.tokenizer_vocab, _tokenizer_corpus()), out)
+
+
+def train_tokenizer(bpe_vocab: int, texts):
+    """A tokenizers.Tokenizer: a byte-level BPE of `bpe_vocab` entries trained on `texts` (an iterable of str)
+    with GLM's split regex, followed by GLM's special tokens (ids bpe_vocab, bpe_vocab + 1, ...) and text tokens.
+    Raises AssertionError when the texts are too small to learn that many merges."""
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
     from tokenizers import AddedToken
 
@@ -236,12 +243,17 @@ def write_tokenizer(s: CheckpointSpec, out: Path) -> None:
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
     ])
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=s.tokenizer_vocab, show_progress=False,
+    trainer = trainers.BpeTrainer(vocab_size=bpe_vocab, show_progress=False,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator(_tokenizer_corpus(), trainer=trainer)
-    assert tok.get_vocab_size() == s.tokenizer_vocab, "corpus too small for the requested BPE size"
+    tok.train_from_iterator(texts, trainer=trainer)
+    assert tok.get_vocab_size() == bpe_vocab, "corpus too small for the requested BPE size"
     tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in GLM_SPECIAL_TOKENS])
     tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in GLM_TEXT_TOKENS])
+    return tok
+
+
+def save_tokenizer(tok, out: Path) -> None:
+    """tokenizer.json + tokenizer_config.json (GLM's eos/pad and chat template) of a train_tokenizer() result."""
     tok.save(str(out / "tokenizer.json"))
     (out / "tokenizer_config.json").write_text(json.dumps({
         "tokenizer_class": "PreTrainedTokenizerFast",
@@ -344,7 +356,7 @@ def _layer_weights(rng: _Init, s: CheckpointSpec, i: int) -> dict[str, torch.Ten
     return {f"model.language_model.layers.{i}.{k}": v for k, v in w.items()}
 
 
-def _vision_weights(s: CheckpointSpec) -> dict[str, torch.Tensor]:
+def vision_weights(s: CheckpointSpec) -> dict[str, torch.Tensor]:
     """The vision tower's real parameter names and shapes, taken from transformers at the tiny size."""
     from transformers import Glm5NextVisionConfig
     from transformers.models.glm5_next.modeling_glm5_next import Glm5NextVisionModel
@@ -428,10 +440,10 @@ def _all_tensors(s: CheckpointSpec) -> dict[str, torch.Tensor]:
     t["model.language_model.norm.weight"] = rng.norm(s.hidden_size)
     t["lm_head.weight"] = rng.linear(s.vocab_size, s.hidden_size)
     if s.vision and not s.flat_config:
-        t |= _vision_weights(s)
+        t |= vision_weights(s)
     if s.predictable is not None:
         _make_predictable(s, t)
-    return _finalize(s, t)
+    return t
 
 
 def _write_safetensors(s: CheckpointSpec, tensors: dict[str, torch.Tensor], out: Path) -> None:
@@ -460,13 +472,24 @@ def make_checkpoint(out_dir: str | Path, preset: str = "tiny", **overrides) -> P
     preset and TypeError for an unknown field.
     """
     spec = replace(CheckpointSpec(), **(PRESETS[preset] | overrides))
+    return write_checkpoint(out_dir, spec, _all_tensors(spec))
+
+
+def write_checkpoint(out_dir: str | Path, spec: CheckpointSpec, tensors: dict[str, torch.Tensor],
+                     tokenizer=None) -> Path:
+    """Write `tensors` (hub names, float; stored in spec.dtype) as the checkpoint `spec` describes: config.json,
+    generation_config.json, the tokenizer (`tokenizer`, a train_tokenizer() result, else one trained on a few
+    stdlib files), safetensors, glm5next_spec.json. Returns the directory."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text(json.dumps(_config(spec), indent=2))
     (out / "generation_config.json").write_text(json.dumps(
-        {"eos_token_id": _text_config(spec)["eos_token_id"], "pad_token_id": _special_id(spec, "<|endoftext|>")}))
-    write_tokenizer(spec, out)
-    _write_safetensors(spec, _all_tensors(spec), out)
+        {"eos_token_id": text_config(spec)["eos_token_id"], "pad_token_id": _special_id(spec, "<|endoftext|>")}))
+    if tokenizer is None:
+        write_tokenizer(spec, out)
+    else:
+        save_tokenizer(tokenizer, out)
+    _write_safetensors(spec, _finalize(spec, tensors), out)
     (out / "glm5next_spec.json").write_text(json.dumps(asdict(spec), indent=2))  # how it was made
     return out
 
