@@ -37,27 +37,6 @@ void kpool_top_k_op(ggml_tensor * dst, int ith, int nth, void * userdata) {
     }
 }
 
-void kpool_mask_op(ggml_tensor * dst, int ith, int nth, void * userdata) {
-    const auto * p = static_cast<const KpoolParams *>(userdata);
-    const ggml_tensor * sel = dst->src[0];
-    const int64_t n_kv = dst->ne[0], n_tokens = dst->ne[1];
-    for (int64_t t = ith; t < n_tokens; t += nth) {
-        float * m = (float *) ((char *) dst->data + t * dst->nb[1]);
-        std::fill(m, m + n_kv, -INFINITY);
-        const auto * pools = (const int32_t *) ((const char *) sel->data + t * sel->nb[1]);
-        for (int64_t i = 0; i < sel->ne[0] && pools[i] >= 0; ++i) {
-            std::fill(m + pools[i] * p->kpool, m + (pools[i] + 1) * p->kpool, 0.0f);
-        }
-        const int64_t pos = p->n_past + t;
-        if (p->select_tail) {
-            std::fill(m + (pos + 1) / p->kpool * p->kpool, m + pos + 1, 0.0f);
-        }
-        if (!row_has_keys(*p, t)) {
-            m[0] = 0.0f;
-        }
-    }
-}
-
 int64_t n_sel(const KpoolParams & p) {
     return p.n_top_pool * p.kpool + (p.select_tail ? p.kpool - 1 : 0);
 }
@@ -77,6 +56,22 @@ int64_t selected_rows(const KpoolParams & p, const int32_t * pools, int64_t n_po
         for (int64_t r = (pos + 1) / p.kpool * p.kpool; r <= pos; ++r) out[n++] = (int32_t) r;
     }
     return n;
+}
+
+void kpool_mask_op(ggml_tensor * dst, int ith, int nth, void * userdata) {
+    const auto * p = static_cast<const KpoolParams *>(userdata);
+    const ggml_tensor * sel = dst->src[0];
+    const int64_t n_kv = dst->ne[0];
+    thread_local std::vector<int32_t> rows;
+    rows.resize(n_sel(*p));
+    for (int64_t t = ith; t < dst->ne[1]; t += nth) {
+        float * m = (float *) ((char *) dst->data + t * dst->nb[1]);
+        std::fill(m, m + n_kv, -INFINITY);
+        const auto * pools = (const int32_t *) ((const char *) sel->data + t * sel->nb[1]);
+        const int64_t n = selected_rows(*p, pools, sel->ne[0], t, rows.data());
+        for (int64_t i = 0; i < n; ++i) m[rows[i]] = 0.0f;
+        if (n == 0) m[0] = 0.0f;  // keeps softmax finite; the row's output is zeroed (row_has_keys)
+    }
 }
 
 void kpool_rows_op(ggml_tensor * dst, int ith, int nth, void * userdata) {
