@@ -21,7 +21,9 @@ Rows are a list of Row(name, run, params): `run(runner)` performs one timed repe
 Speculative rows (--spec-n-max, ours only: upstream has no draft-MTP for this model) time tg N through the
 draft-MTP rounds, next to the same rounds without drafts, for each n_max, index-sharing setting and draft type;
 --spec-accept L fixes the mean accepted length per round (synthetic acceptance, runtime.md) so that speed can be
-compared at a given acceptance whatever the weights.
+compared at a given acceptance whatever the weights. --spec-prompts FILE... runs them on real text instead: each
+file's first D tokens (D from -d) are a prompt, the rounds generate N tokens greedily after each, and a row sums
+its time and acceptance over all the prompts.
 """
 from __future__ import annotations
 
@@ -309,6 +311,8 @@ def _parser() -> argparse.ArgumentParser:
                    default=["auto"], help="index sharing of the draft steps, comma-separated (auto, on, off)")
     p.add_argument("--spec-draft-type", type=_choice_list("--spec-draft-type", ("auto", "q8_0", "q4_0")),
                    default=["auto"], help="draft layer types, comma-separated (auto = as stored, q8_0, q4_0)")
+    p.add_argument("--spec-prompts", type=Path, nargs="+", default=[], metavar="FILE",
+                   help="text files whose first D tokens (-d D) are the draft-MTP rows' prompts (default: random ids)")
     return p
 
 
@@ -452,6 +456,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         raise BenchError(f"model file not found: {path}")
     if args.spec_accept is not None and args.spec_accept < 1:
         raise BenchError(f"--spec-accept {args.spec_accept}: a mean accepted length per round is >= 1")
+    if args.spec_prompts and not args.spec_n_max:
+        raise BenchError("--spec-prompts needs --spec-n-max (they are the draft-MTP rows' prompts)")
+    if args.spec_prompts and 0 in args.n_depth:
+        raise BenchError("--spec-prompts takes the prompt length from -d: give depths >= 1")
+    texts = [_read_text(f) for f in args.spec_prompts]
     if args.llama_cpp:
         try:
             import llama_cpp  # noqa: F401  (imported before the memory baseline)
@@ -508,40 +517,85 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 out["ratio"] = out[OURS]["tps_median"] / out[UPSTREAM]["tps_median"]
             results.append(out)
             bar.update()
-    spec_rows = run_spec_rows(ours, args, inputs, n_ctx) if args.spec_n_max else []
+    spec_rows = run_spec_rows(ours, args, spec_prompts(ours, args, texts, inputs), n_ctx) if args.spec_n_max else []
     return {"model": info, "engines": [r.key for r in runners], "repetitions": args.repetitions,
             "tg_tokens": args.tg_tokens, "rows": results, "spec_rows": spec_rows, "spec_accept": args.spec_accept,
             "memory": memory}
 
 
-def run_spec_rows(ours: OursRunner, args: argparse.Namespace, inputs: Inputs, n_ctx: int) -> list[dict[str, Any]]:
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise BenchError(f"--spec-prompts: cannot read {path}: {e}") from None
+
+
+def spec_prompts(ours: OursRunner, args: argparse.Namespace, texts: list[str],
+                 inputs: Inputs) -> dict[int, list[list[int]]]:
+    """Depth -> the draft-MTP rows' prompts: each text's first `depth` token ids, or (no texts) the random ids of
+    the depth prefill followed by the first tg input. Raises BenchError for a text shorter than a depth."""
+    if not texts:
+        return {d: [inputs.depth[:d] + inputs.gen[:1]] for d in args.n_depth}
+    ids = [ours.model.tokenize(t, parse_special=False) for t in texts]
+    for path, i in zip(args.spec_prompts, ids):
+        if len(i) < max(args.n_depth):
+            raise BenchError(f"--spec-prompts: {path} has {len(i)} tokens, fewer than -d {max(args.n_depth)}")
+    return {d: [i[:d] for i in ids] for d in args.n_depth}
+
+
+def _summed_stats(stats: list[dict[str, Any]]) -> dict[str, Any]:
+    """The generator counters of several generations added up; acceptance per position and mean accepted length
+    recomputed from the sums (runtime.md: accepted drafts + 1 per round that carried drafts)."""
+    width = max(len(s["drafted_at"]) for s in stats)
+    def column(key: str) -> list[int]:
+        return [sum(s[key][i] for s in stats if i < len(s[key])) for i in range(width)]
+    drafted, accepted = column("drafted_at"), column("accepted_at")
+    rounds = sum(s["n_drafts"] for s in stats)
+    n_accepted = sum(s["n_accepted"] for s in stats)
+    return {"n_drafts": rounds, "n_drafted": sum(s["n_drafted"] for s in stats), "n_accepted": n_accepted,
+            "drafted_at": drafted, "accepted_at": accepted,
+            "acceptance_per_position": [a / d if d else 0.0 for a, d in zip(accepted, drafted)],
+            "mean_accepted_length": (n_accepted + rounds) / rounds if rounds else 0.0,
+            "draft_ms": sum(s["draft_ms"] for s in stats), "verify_ms": sum(s["verify_ms"] for s in stats)}
+
+
+def run_spec_rows(ours: OursRunner, args: argparse.Namespace, prompts: dict[int, list[list[int]]],
+                  n_ctx: int) -> list[dict[str, Any]]:
     """For each tg N @ depth and each (n_max, index share, draft type): the median t/s of draft-MTP rounds and of
-    the same rounds without drafts, repetition by repetition, and the acceptance the rounds saw."""
+    the same rounds without drafts, prompt by prompt, repetition by repetition, and the acceptance the rounds saw
+    (summed over the prompts)."""
     rows = []
     gens = [n for n in args.n_gen if n > 0]
     combos = [(n_max, share, dt) for n_max in args.spec_n_max for share in args.spec_index_share
               for dt in args.spec_draft_type]
     for depth in args.n_depth:
-        prompt = (inputs.depth[:depth] or []) + inputs.gen[:1]
         for n_gen in gens:
             if depth + 1 + n_gen + max(args.spec_n_max) > n_ctx:
                 continue
             for n_max, share, dt in combos:
-                on, off, stats = Stats(), Stats(), {}
+                on, off, stats = Stats(), Stats(), []
                 for rep in range(args.repetitions + (0 if args.no_warmup else 1)):
-                    n, s_off, _ = ours.spec_decode(prompt, n_gen, 0, None, share, dt)
-                    _, s_on, stats = ours.spec_decode(prompt, n_gen, n_max, args.spec_accept, share, dt)
+                    n, s_off, s_on = 0, 0.0, 0.0
+                    stats = []
+                    for prompt in prompts[depth]:
+                        n_p, s, _ = ours.spec_decode(prompt, n_gen, 0, None, share, dt)
+                        n, s_off = n + n_p, s_off + s
+                        _, s, st = ours.spec_decode(prompt, n_gen, n_max, args.spec_accept, share, dt)
+                        s_on += s
+                        stats.append(st)
                     if rep or args.no_warmup:
                         off.tokens.append(n), off.seconds.append(s_off)
                         on.tokens.append(n), on.seconds.append(s_on)
+                total = _summed_stats(stats)
                 name = _test_name("tg", n_gen, depth) + f" mtp{n_max}" + (f" share {share}" if share != "auto" else "") \
-                    + (f" draft {dt}" if dt != "auto" else "")
+                    + (f" draft {dt}" if dt != "auto" else "") \
+                    + (f" x {len(prompts[depth])} prompts" if args.spec_prompts else "")
                 rows.append({"test": name, "n_gen": n_gen, "n_depth": depth, "n_max": n_max, "index_share": share,
-                             "draft_type": dt, "spec": on.summary(), "no_spec": off.summary(),
+                             "draft_type": dt, "n_prompts": len(prompts[depth]), "spec": on.summary(),
+                             "no_spec": off.summary(),
                              "speedup": statistics.median(on.tps) / statistics.median(off.tps),
-                             "mean_accepted_length": stats["mean_accepted_length"],
-                             "acceptance_per_position": stats["acceptance_per_position"],
-                             "draft_ms": stats["draft_ms"], "verify_ms": stats["verify_ms"]})
+                             **{k: total[k] for k in ("mean_accepted_length", "acceptance_per_position",
+                                                      "draft_ms", "verify_ms")}})
     return rows
 
 
@@ -552,7 +606,8 @@ def render_spec_md(rows: list[dict[str, Any]], accept: float | None) -> str:
     table = _table(["test", "t/s", "t/s no drafts", "speedup", "accepted len", "accept per pos", "draft / verify ms"],
                    ["l", "r", "r", "r", "r", "l", "r"], lines)
     how = "synthetic acceptance" if accept is not None else "real acceptance (greedy)"
-    return f"draft-MTP ({how}; speedup = t/s / t/s of the same rounds without drafts, medians):\n{table}"
+    return (f"draft-MTP ({how}; speedup = t/s / t/s of the same rounds without drafts, medians; draft / verify ms: "
+            f"the last repetition, all prompts):\n{table}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -163,3 +163,55 @@ def test_speculative_rows(capsys, tiny_q8):
     rc, out, _ = _run(capsys, argv)
     assert rc == 0 and "draft-MTP (synthetic acceptance" in out and "tg6 mtp3 share off draft q4_0" in out
     assert _run(capsys, [*argv[:-8], "--spec-accept", "0.5"])[0] == 2
+
+
+def test_speculative_rows_on_text_prompts(capsys, tiny_q8, tmp_path, monkeypatch):
+    """--spec-prompts: each file's first D tokens are a prompt; a row adds up the prompts' rounds."""
+    files = [tmp_path / "a.py", tmp_path / "b.py"]
+    files[0].write_text("def add(a, b):\n    return a + b\n" * 4)
+    files[1].write_text("import os\nfor name in os.listdir('.'):\n    print(name)\n" * 3)
+    calls = []
+    original = bench.OursRunner.spec_decode
+
+    def recording(self, prompt, n_gen, n_max, *rest):
+        out = original(self, prompt, n_gen, n_max, *rest)
+        calls.append((list(prompt), n_max, out))
+        return out
+    monkeypatch.setattr(bench.OursRunner, "spec_decode", recording)
+    argv = ["-m", str(tiny_q8), "-p", "0", "-n", "5", "-d", "12", "-r", "1", "--no-warmup", "-t", "2",
+            "--spec-n-max", "3", "--spec-prompts", *map(str, files), "-o", "json"]
+    rc, out, err = _run(capsys, argv)
+    assert rc == 0, err
+    [row] = json.loads(out)["spec_rows"]
+    assert row["test"] == "tg5 @ d12 mtp3 x 2 prompts" and row["n_prompts"] == 2
+
+    from glm5next_runtime import Model
+    ids = [Model(tiny_q8).tokenize(f.read_text(), parse_special=False)[:12] for f in files]
+    assert [(p, n) for p, n, _ in calls] == [(ids[0], 0), (ids[0], 3), (ids[1], 0), (ids[1], 3)]
+    spec = [stats for _, n, (_, _, stats) in calls if n == 3]
+    drafted = [a + b for a, b in zip(spec[0]["drafted_at"], spec[1]["drafted_at"])]
+    accepted = [a + b for a, b in zip(spec[0]["accepted_at"], spec[1]["accepted_at"])]
+    assert row["acceptance_per_position"] == pytest.approx([a / d for a, d in zip(accepted, drafted)])
+    rounds = spec[0]["n_drafts"] + spec[1]["n_drafts"]
+    assert row["mean_accepted_length"] == pytest.approx((sum(accepted) + rounds) / rounds)
+    for timing in (row["spec"], row["no_spec"]):  # one repetition: 2 prompts x 5 tokens
+        assert timing["tps_samples"][0] * timing["seconds"][0] == pytest.approx(10)
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--spec-n-max", "2", "-d", "0"], "give depths >= 1"),
+    (["-d", "8"], "needs --spec-n-max"),
+    (["--spec-n-max", "2", "-d", "400"], "fewer than -d 400"),
+])
+def test_spec_prompts_errors(capsys, tiny_q8, tmp_path, extra, message):
+    prompt = tmp_path / "p.py"
+    prompt.write_text("x = 1\n" * 20)
+    rc, _, err = _run(capsys, ["-m", str(tiny_q8), "-p", "0", "-n", "2", "-r", "1", "--spec-prompts", str(prompt),
+                               *extra])
+    assert rc == 2 and message in err
+
+
+def test_spec_prompts_unreadable(capsys, tiny_q8, tmp_path):
+    rc, _, err = _run(capsys, ["-m", str(tiny_q8), "-p", "0", "-n", "2", "-d", "4", "--spec-n-max", "2",
+                               "--spec-prompts", str(tmp_path / "missing.py")])
+    assert rc == 2 and "cannot read" in err and "missing.py" in err

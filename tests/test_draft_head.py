@@ -36,7 +36,6 @@ def reference_draft(trunk, head, tokens, n_steps, share):
 @pytest.mark.parametrize("share", [True, False])
 def test_draft_matches_reference(case, share):
     from glm5next_runtime import Model
-    from glm5next_runtime.draft import draft
 
     path, trunk, head = case
     topk = trunk.config.text_config.index_topk

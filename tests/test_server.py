@@ -14,10 +14,7 @@ import json
 import logging
 import socket
 import subprocess
-import sys
 import time
-import urllib.error
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -27,82 +24,12 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from glm5next_runtime import Model, server as server_module
 from glm5next_runtime.chat import split_reasoning
+from live_server import N_CTX, SERVER, TIMEOUT, Server, free_port, get, post_json
 
-N_CTX = 4096  # room for the long streams of the disconnect test; the tiny models stay fast
-TIMEOUT = 30.0  # seconds, for every request
 API_KEY = "sk-test-key"
 ALIAS = "glm-tiny"
-SERVER = Path(sys.executable).parent / "glm5next-server"
 PROMPTS = ["Hello world", "The quick brown fox", "Once upon a time", "A B C D", "tell me a story",
            "1 2 3 4 5", "zebra crossing", "what is the answer"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
-    """glm5next-server in a subprocess; its output goes to a file (a pipe nobody reads could block it)."""
-
-    def __init__(self, gguf: Path, log: Path, *flags: str):
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log = log
-        with open(log, "wb") as out:
-            self.proc = subprocess.Popen([str(SERVER), "-m", str(gguf), "--port", str(self.port), "-t", "1",
-                                          "-c", str(N_CTX), *flags], stdout=out, stderr=subprocess.STDOUT)
-        try:
-            self._wait_ready()
-        except BaseException:
-            self.stop()
-            raise
-
-    def _wait_ready(self, limit: float = 60.0) -> None:
-        deadline = time.monotonic() + limit
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                pytest.fail(f"the server exited with {self.proc.returncode}:\n{self.log.read_text()}")
-            try:
-                if get(self, "/health")[0] == 200:
-                    return
-            except OSError:
-                pass
-            time.sleep(0.1)
-        pytest.fail(f"the server did not answer /health within {limit} s:\n{self.log.read_text()}")
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(10)
-
-    def client(self, api_key: str = "unused") -> openai.OpenAI:
-        return openai.OpenAI(base_url=f"{self.url}/v1", api_key=api_key, timeout=TIMEOUT, max_retries=0)
-
-
-def request(server: Server, method: str, path: str, body: bytes | None = None,
-            headers: dict[str, str] | None = None) -> tuple[int, bytes]:
-    req = urllib.request.Request(server.url + path, data=body, method=method, headers=headers or {})
-    try:
-        with urllib.request.urlopen(req, timeout=TIMEOUT) as r:
-            return r.status, r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read()
-
-
-def get(server: Server, path: str, **kw) -> tuple[int, bytes]:
-    return request(server, "GET", path, **kw)
-
-
-def post_json(server: Server, path: str, body: object, **kw) -> tuple[int, dict]:
-    raw = body if isinstance(body, bytes) else json.dumps(body).encode()
-    status, out = request(server, "POST", path, raw, headers={"Content-Type": "application/json",
-                                                              **kw.pop("headers", {})}, **kw)
-    return status, json.loads(out)
 
 
 def metrics(server: Server, **kw) -> dict[str, float]:
