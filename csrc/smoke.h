@@ -14,6 +14,12 @@ namespace glm5next {
 // std::runtime_error if ggml fails to allocate or compute.
 void matmul_f32(const float *a, const float *b, float *out, int64_t m, int64_t k, int64_t n);
 
+// The mHC post-mix (mhc_ops.h) on row-major arrays: x [T][n_embd], residual [T][hc][n_embd], post [T][hc],
+// comb [T][s][d] (comb[t][s][d] mixes stream s into output stream d), out [T][hc][n_embd]. ggml_kernel: run
+// ggml's DSV4_HC_POST instead of ours (tests compare the two). Throws like matmul_f32.
+void hc_post_f32(const float *x, const float *residual, const float *post, const float *comb, float *out,
+                 int64_t n_embd, int64_t hc, int64_t n_tokens, bool ggml_kernel);
+
 // ggml's version string and the llama.cpp commit it was built from.
 std::string ggml_version();
 std::string ggml_commit();

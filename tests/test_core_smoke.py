@@ -72,3 +72,25 @@ print(json.dumps({"mapped": sorted(mapped), "llama_lib": os.path.join(os.path.di
     assert len(info["mapped"]) == 1, info["mapped"]
     # The kernel reports resolved paths: the one libggml-base is llama_cpp's own.
     assert os.path.dirname(info["mapped"][0]) == os.path.realpath(info["llama_lib"])
+
+
+@pytest.mark.parametrize("n_embd,hc,n_tokens", [(1, 1, 1), (7, 4, 3), (192, 4, 17), (33, 2, 5)])
+def test_hc_post_matches_ggml_and_numpy(n_embd, hc, n_tokens):
+    """Our mHC post-mix kernel (the trunk graph's) equals ggml's DSV4_HC_POST and the formula of model.md."""
+    rng = np.random.default_rng(n_embd * 131 + hc * 7 + n_tokens)
+    x = rng.standard_normal((n_tokens, n_embd), dtype=np.float32)
+    residual = rng.standard_normal((n_tokens, hc, n_embd), dtype=np.float32)
+    post = rng.standard_normal((n_tokens, hc), dtype=np.float32)
+    comb = rng.standard_normal((n_tokens, hc, hc), dtype=np.float32)
+    ours = _core.hc_post(x, residual, post, comb)
+    theirs = _core.hc_post(x, residual, post, comb, ggml_kernel=True)
+    want = x[:, None, :] * post[:, :, None] + np.einsum("tse,tsd->tde", residual.astype(np.float64), comb)
+    assert ours.shape == (n_tokens, hc, n_embd)
+    np.testing.assert_allclose(ours, theirs, rtol=0, atol=1e-5)
+    np.testing.assert_allclose(ours, want, rtol=1e-5, atol=1e-5)
+
+
+def test_hc_post_rejects_bad_shapes():
+    with pytest.raises(ValueError, match="hc_post: shapes"):
+        _core.hc_post(np.zeros((2, 8), np.float32), np.zeros((2, 4, 8), np.float32), np.zeros((2, 3), np.float32),
+                      np.zeros((2, 4, 4), np.float32))

@@ -1,0 +1,48 @@
+#include "mhc_ops.h"
+
+#include <stdexcept>
+
+namespace glm5next {
+
+namespace {
+
+template <typename T>
+const T & at(const ggml_tensor * t, int64_t i0, int64_t i1, int64_t i2) {
+    return *(const T *) ((const char *) t->data + i0 * t->nb[0] + i1 * t->nb[1] + i2 * t->nb[2]);
+}
+
+void hc_post_op(ggml_tensor * dst, int ith, int nth, void *) {
+    const ggml_tensor *x = dst->src[0], *residual = dst->src[1], *post = dst->src[2], *comb = dst->src[3];
+    const int64_t n_embd = dst->ne[0], hc = dst->ne[1], n_rows = hc * dst->ne[2];
+    for (int64_t r = ith; r < n_rows; r += nth) {  // one output row (stream d of token t) per step
+        const int64_t d = r % hc, t = r / hc;
+        const float * xt = &at<float>(x, 0, t, 0);
+        const float p = at<float>(post, d, t, 0);
+        float * out = (float *) ((char *) dst->data + d * dst->nb[1] + t * dst->nb[2]);
+        for (int64_t i = 0; i < n_embd; ++i) out[i] = xt[i] * p;
+        for (int64_t s = 0; s < hc; ++s) {
+            const float * rs = &at<float>(residual, 0, s, t);
+            const float c = at<float>(comb, d, s, t);
+            for (int64_t i = 0; i < n_embd; ++i) out[i] += rs[i] * c;
+        }
+    }
+}
+
+}  // namespace
+
+ggml_tensor * hc_post(ggml_context * ctx, ggml_tensor * x, ggml_tensor * residual, ggml_tensor * post,
+                      ggml_tensor * comb) {
+    const int64_t n_embd = x->ne[0], T = x->ne[1], hc = residual->ne[1];
+    for (const ggml_tensor * t : {x, residual, post, comb}) {
+        if (t->type != GGML_TYPE_F32) throw std::invalid_argument("hc_post: operands must be f32");
+    }
+    if (residual->ne[0] != n_embd || residual->ne[2] != T || post->ne[0] != hc || post->ne[1] != T ||
+        comb->ne[0] != hc || comb->ne[1] != hc || comb->ne[2] != T || x->nb[0] != sizeof(float) ||
+        residual->nb[0] != sizeof(float)) {
+        throw std::invalid_argument("hc_post: operand shapes or strides do not fit");
+    }
+    ggml_tensor * args[] = {x, residual, post, comb};
+    return ggml_custom_4d(ctx, GGML_TYPE_F32, n_embd, hc, T, 1, args, 4, hc_post_op, GGML_N_TASKS_MAX, nullptr);
+}
+
+}  // namespace glm5next
