@@ -8,6 +8,7 @@
 
 #include "draft_weights.h"
 #include "engine.h"
+#include "select_ops.h"
 
 namespace py = pybind11;
 
@@ -99,6 +100,16 @@ using glm5next::EngineParams;
 using glm5next::Model;
 
 void bind_engine(py::module_ & mod) {
+    mod.def("selected_rows", [](const std::vector<int32_t> & pools, int64_t pos, int64_t kpool, bool select_tail) {
+                if (pos < 0 || kpool < 1) throw std::invalid_argument("selected_rows: pos >= 0 and kpool >= 1");
+                const glm5next::KpoolParams p{pos, kpool, (int64_t) pools.size(), select_tail};
+                std::vector<int32_t> rows(pools.size() * kpool + kpool - 1);
+                rows.resize(glm5next::selected_rows(p, pools.data(), (int64_t) pools.size(), 0, rows.data()));
+                return rows;
+            },
+            py::arg("pools"), py::arg("pos"), py::arg("kpool"), py::arg("select_tail"),
+            "The key positions a row at `pos` attends, ascending, given its chosen pools (list of ids, -1 = none): "
+            "the graph's own rule (select_ops.h). Raises ValueError for pos < 0 or kpool < 1.");
     py::class_<Engine>(mod, "Engine", R"doc(The trunk of one sequence: caches sized for n_ctx rows, evaluated in ubatches.)doc")
         .def(py::init([](const Model & model, uint32_t n_ctx, uint32_t n_batch, int n_threads,
                          const std::string & draft_type, const Model * draft_model) {

@@ -41,23 +41,6 @@ int64_t n_sel(const KpoolParams & p) {
     return p.n_top_pool * p.kpool + (p.select_tail ? p.kpool - 1 : 0);
 }
 
-// The rows row t attends, ascending; returns how many.
-int64_t selected_rows(const KpoolParams & p, const int32_t * pools, int64_t n_pools, int64_t t, int32_t * out) {
-    int64_t n = 0;
-    thread_local std::vector<int32_t> chosen;  // reused: no allocation per row once warm
-    chosen.assign(pools, pools + n_pools);
-    chosen.erase(std::remove(chosen.begin(), chosen.end(), -1), chosen.end());
-    std::sort(chosen.begin(), chosen.end());
-    for (int32_t m : chosen) {
-        for (int64_t i = 0; i < p.kpool; ++i) out[n++] = (int32_t) (m * p.kpool + i);
-    }
-    const int64_t pos = p.n_past + t;
-    if (p.select_tail) {
-        for (int64_t r = (pos + 1) / p.kpool * p.kpool; r <= pos; ++r) out[n++] = (int32_t) r;
-    }
-    return n;
-}
-
 void kpool_mask_op(ggml_tensor * dst, int ith, int nth, void * userdata) {
     const auto * p = static_cast<const KpoolParams *>(userdata);
     const ggml_tensor * sel = dst->src[0];
@@ -144,6 +127,22 @@ void moe_route_op(ggml_tensor * dst, int ith, int nth, void * userdata) {
 }
 
 }  // namespace
+
+int64_t selected_rows(const KpoolParams & p, const int32_t * pools, int64_t n_pools, int64_t t, int32_t * out) {
+    int64_t n = 0;
+    thread_local std::vector<int32_t> chosen;  // reused: no allocation per row once warm
+    chosen.assign(pools, pools + n_pools);
+    chosen.erase(std::remove(chosen.begin(), chosen.end(), -1), chosen.end());
+    std::sort(chosen.begin(), chosen.end());
+    for (int32_t m : chosen) {
+        for (int64_t i = 0; i < p.kpool; ++i) out[n++] = (int32_t) (m * p.kpool + i);
+    }
+    const int64_t pos = p.n_past + t;
+    if (p.select_tail) {
+        for (int64_t r = (pos + 1) / p.kpool * p.kpool; r <= pos; ++r) out[n++] = (int32_t) r;
+    }
+    return n;
+}
 
 bool row_has_keys(const KpoolParams & p, int64_t t) {
     return p.select_tail || p.n_past + t + 1 >= p.kpool;

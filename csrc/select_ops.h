@@ -34,6 +34,12 @@ ggml_tensor * kpool_mask(ggml_context * ctx, ggml_tensor * sel, int64_t n_kv, co
 ggml_tensor * kpool_rows(ggml_context * ctx, ggml_tensor * sel, const KpoolParams * p);
 ggml_tensor * kpool_rows_mask(ggml_context * ctx, ggml_tensor * sel, const KpoolParams * p);
 
+// The key rows that row t (at position n_past+t) attends given its n_pools chosen pools (-1 = none), ascending:
+// the chosen pools' rows plus, with select_tail, the incomplete pool ending at the row (model.md, Indexer). Writes
+// them to `out` (room for n_pools*kpool + kpool-1) and returns how many. The one definition every attention path
+// and the inspection API use.
+int64_t selected_rows(const KpoolParams & p, const int32_t * pools, int64_t n_pools, int64_t t, int32_t * out);
+
 // Whether row t (at position n_past+t) selects at least one key: with the tail on always; without it only once
 // a complete pool exists.
 bool row_has_keys(const KpoolParams & p, int64_t t);

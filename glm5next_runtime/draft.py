@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import _core
+
 
 @dataclass
 class DraftResult:
@@ -17,11 +19,8 @@ class DraftResult:
 
 def selected_positions(pools: np.ndarray, pos: int, kpool: int, tail: bool) -> set[int]:
     """Key positions a row at `pos` attends: the rows of its chosen pools (int32, -1 = none) plus, with the tail
-    on, the incomplete pool ending at `pos` (model.md, Indexer)."""
-    keys = {int(p) * kpool + i for p in pools if p >= 0 for i in range(kpool)}
-    if tail:
-        keys.update(range((pos + 1) // kpool * kpool, pos + 1))
-    return keys
+    on, the incomplete pool ending at `pos` (model.md, Indexer), as the engine's graphs derive them."""
+    return set(_core.selected_rows([int(p) for p in pools], pos, kpool, tail))
 
 
 def draft(model, tokens: Sequence[int], n_steps: int, share: bool | None = None) -> DraftResult:
