@@ -4,6 +4,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "mhc_ops.h"
+
 namespace glm5next {
 
 namespace {
@@ -23,13 +25,9 @@ ggml_tensor * BlockBuilder::hc_pre(ggml_tensor * x, ggml_tensor * fn, ggml_tenso
     const int64_t hc = hp.hc_mult, n_embd = hp.n_embd;
     ggml_tensor * flat = ggml_rms_norm(ctx, ggml_reshape_2d(ctx, x, n_embd * hc, T), hp.rms_eps);
     ggml_tensor * mixes = ggml_mul_mat(ctx, fn, flat);  // [(2+hc)*hc, T]
-    auto affine = [&](int part, int64_t n, int64_t off) {
-        ggml_tensor * v = ggml_view_2d(ctx, mixes, n, T, mixes->nb[1], off * sizeof(float));
-        v = ggml_mul(ctx, v, ggml_view_1d(ctx, scale, 1, part * sizeof(float)));
-        return ggml_add(ctx, v, ggml_view_1d(ctx, base, n, off * sizeof(float)));
-    };
-    ggml_tensor * pre = ggml_scale_bias(ctx, ggml_sigmoid(ctx, affine(0, hc, 0)), 1.0f, hp.hc_eps);
-    *post = ggml_scale(ctx, ggml_sigmoid(ctx, affine(1, hc, hc)), 2.0f);
+    ggml_tensor * gates = hc_gates(ctx, mixes, scale, base, hc, &hp.hc_eps);  // [2*hc, T]: pre, post
+    ggml_tensor * pre = ggml_view_2d(ctx, gates, hc, T, gates->nb[1], 0);
+    *post = ggml_view_2d(ctx, gates, hc, T, gates->nb[1], hc * sizeof(float));
     *comb = ggml_dsv4_hc_comb(ctx, mixes, scale, base, hp.hc_eps, (int32_t) hp.hc_sinkhorn_iters);
     return ggml_dsv4_hc_pre(ctx, x, pre);
 }

@@ -1,6 +1,8 @@
 #include "mhc_ops.h"
 
+#include <cmath>
 #include <stdexcept>
+#include <string>
 
 namespace glm5next {
 
@@ -28,7 +30,38 @@ void hc_post_op(ggml_tensor * dst, int ith, int nth, void *) {
     }
 }
 
+void hc_gates_op(ggml_tensor * dst, int ith, int nth, void * userdata) {
+    const float eps = *static_cast<const float *>(userdata);
+    const int64_t hc = dst->ne[0] / 2;
+    const ggml_tensor *mixes = dst->src[0], *scale = dst->src[1], *base = dst->src[2];
+    const float * b = (const float *) base->data;
+    const float s_pre = ((const float *) scale->data)[0], s_post = ((const float *) scale->data)[1];
+    for (int64_t t = ith; t < dst->ne[1]; t += nth) {
+        const float * m = (const float *) ((const char *) mixes->data + t * mixes->nb[1]);
+        float * out = (float *) ((char *) dst->data + t * dst->nb[1]);
+        for (int64_t d = 0; d < hc; ++d) {
+            out[d] = 1.0f / (1.0f + std::exp(-(m[d] * s_pre + b[d]))) + eps;
+            out[hc + d] = 2.0f / (1.0f + std::exp(-(m[hc + d] * s_post + b[hc + d])));
+        }
+    }
+}
+
 }  // namespace
+
+ggml_tensor * hc_gates(ggml_context * ctx, ggml_tensor * mixes, ggml_tensor * scale, ggml_tensor * base, int64_t hc,
+                       const float * eps) {
+    for (const ggml_tensor * t : {mixes, scale, base}) {
+        if (t->type != GGML_TYPE_F32 || !ggml_is_contiguous(t)) {
+            throw std::invalid_argument("hc_gates: operands must be contiguous f32");
+        }
+    }
+    if (mixes->ne[0] < 2 * hc || ggml_nelements(scale) < 2 || ggml_nelements(base) < 2 * hc) {
+        throw std::invalid_argument("hc_gates: operand shapes do not fit hc = " + std::to_string(hc));
+    }
+    ggml_tensor * args[] = {mixes, scale, base};
+    return ggml_custom_4d(ctx, GGML_TYPE_F32, 2 * hc, mixes->ne[1], 1, 1, args, 3, hc_gates_op, GGML_N_TASKS_MAX,
+                          (void *) eps);
+}
 
 ggml_tensor * hc_post(ggml_context * ctx, ggml_tensor * x, ggml_tensor * residual, ggml_tensor * post,
                       ggml_tensor * comb) {

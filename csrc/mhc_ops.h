@@ -14,4 +14,13 @@ namespace glm5next {
 ggml_tensor * hc_post(ggml_context * ctx, ggml_tensor * x, ggml_tensor * residual, ggml_tensor * post,
                       ggml_tensor * comb);
 
+// The mHC pre and post gates of one hc_pre (model.md "mHC"), in one op instead of ten graph nodes:
+//   pre[d, t]  = sigmoid(mixes[d, t] * scale[0] + base[d]) + eps
+//   post[d, t] = 2 * sigmoid(mixes[hc + d, t] * scale[1] + base[hc + d])
+// mixes f32 [>= 2*hc, T] (rows 2hc.. are the comb part, left to ggml_dsv4_hc_comb); scale f32 [>= 2];
+// base f32 [>= 2*hc]; eps must outlive the graph (the model's hparams do). Returns f32 [2*hc, T]: pre in rows
+// 0..hc-1, post in rows hc..2hc-1. Fewer nodes matter on small models, where each node costs a thread barrier.
+ggml_tensor * hc_gates(ggml_context * ctx, ggml_tensor * mixes, ggml_tensor * scale, ggml_tensor * base, int64_t hc,
+                       const float * eps);
+
 }  // namespace glm5next
