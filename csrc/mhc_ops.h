@@ -1,4 +1,5 @@
-// mHC (manifold-constrained hyper-connections, model.md "mHC") kernels of our own where ggml's are slow.
+// mHC (manifold-constrained hyper-connections; model.md, "Trunk, one layer", steps 1 and 3) kernels of our own
+// where ggml's are slow or cost many graph nodes.
 #pragma once
 
 #include "ggml.h"
@@ -10,11 +11,11 @@ namespace glm5next {
 // x f32 [n_embd, T]; residual f32 [n_embd, hc, T]; post f32 [hc, T]; comb f32 [hc (d), hc (s), T] (nb[0] may be
 // any stride). Returns f32 [n_embd, hc, T]. Rows (dim 0) of x, residual must be contiguous.
 // Why not ggml's: its CPU kernel does three 64-bit divisions and strided loads per output element; here one task
-// computes whole rows with unit-stride loops (the model's decode spent ~16% of its time in that op).
+// computes whole rows with unit-stride loops (the demo model's decode spent ~16% of its time in that op).
 ggml_tensor * hc_post(ggml_context * ctx, ggml_tensor * x, ggml_tensor * residual, ggml_tensor * post,
                       ggml_tensor * comb);
 
-// The mHC pre and post gates of one hc_pre (model.md "mHC"), in one op instead of ten graph nodes:
+// The mHC pre and post gates of one mHC pre step, in one op instead of eight compute nodes:
 //   pre[d, t]  = sigmoid(mixes[d, t] * scale[0] + base[d]) + eps
 //   post[d, t] = 2 * sigmoid(mixes[hc + d, t] * scale[1] + base[hc + d])
 // mixes f32 [>= 2*hc, T] (rows 2hc.. are the comb part, left to ggml_dsv4_hc_comb); scale f32 [>= 2];
