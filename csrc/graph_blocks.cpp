@@ -29,7 +29,7 @@ ggml_tensor * BlockBuilder::hc_pre(ggml_tensor * x, ggml_tensor * fn, ggml_tenso
     ggml_tensor * pre = ggml_view_2d(ctx, gates, hc, T, gates->nb[1], 0);
     *post = ggml_view_2d(ctx, gates, hc, T, gates->nb[1], hc * sizeof(float));
     *comb = ggml_dsv4_hc_comb(ctx, mixes, scale, base, hp.hc_eps, (int32_t) hp.hc_sinkhorn_iters);
-    return ggml_dsv4_hc_pre(ctx, x, pre);
+    return hc_pre_mix(ctx, x, pre);
 }
 
 ggml_tensor * BlockBuilder::swiglu(ggml_tensor * x, ggml_tensor * wg, ggml_tensor * wu, ggml_tensor * wd, float limit) const {

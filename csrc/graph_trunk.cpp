@@ -49,12 +49,12 @@ void build_trunk_graph(TrunkGraph & g, ggml_context * ctx, const Model & model, 
             g.dsa_layers.push_back((int) il);
             g.selections.push_back(sel.pools);
         }
-        x = hc_post(ctx, cur, x, post, comb);
+        x = hc_post_mix(ctx, cur, x, post, comb);
 
         cur = b.rms(b.hc_pre(x, w.hc_ffn_fn, w.hc_ffn_scale, w.hc_ffn_base, &post, &comb), w.ffn_norm);
         cur = hp.is_dense_ffn(il) ? b.swiglu(cur, w.ffn_gate, w.ffn_up, w.ffn_down, hp.swiglu_clamp_exp[il])
                                   : b.moe(cur, w, il);
-        x = hc_post(ctx, cur, x, post, comb);
+        x = hc_post_mix(ctx, cur, x, post, comb);
     }
 
     // mean over the streams, final norm: the post-norm hidden state (also the draft head's input)

@@ -6,13 +6,19 @@
 
 namespace glm5next {
 
+// The mHC pre-mix (block input), the same math as ggml_dsv4_hc_pre:
+//   out[:, t] = sum_s x[:, s, t] * pre[s, t]   (s in order 0..hc-1)
+// x f32 [n_embd, hc, T] with contiguous rows; pre f32 [hc, T] (any strides). Returns f32 [n_embd, T]. Row-wise
+// for the reason given at hc_post_mix (ggml's kernel divides twice per output element).
+ggml_tensor * hc_pre_mix(ggml_context * ctx, ggml_tensor * x, ggml_tensor * pre);
+
 // The mHC post-mix, the same math as ggml_dsv4_hc_post (llama.cpp's glm5-next graph uses that op):
 //   out[:, d, t] = x[:, t] * post[d, t] + sum_s residual[:, s, t] * comb[d, s, t]   (s in order 0..hc-1)
 // x f32 [n_embd, T]; residual f32 [n_embd, hc, T]; post f32 [hc, T]; comb f32 [hc (d), hc (s), T] (nb[0] may be
 // any stride). Returns f32 [n_embd, hc, T]. Rows (dim 0) of x, residual must be contiguous.
 // Why not ggml's: its CPU kernel does three 64-bit divisions and strided loads per output element; here one task
 // computes whole rows with unit-stride loops (the demo model's decode spent ~16% of its time in that op).
-ggml_tensor * hc_post(ggml_context * ctx, ggml_tensor * x, ggml_tensor * residual, ggml_tensor * post,
+ggml_tensor * hc_post_mix(ggml_context * ctx, ggml_tensor * x, ggml_tensor * residual, ggml_tensor * post,
                       ggml_tensor * comb);
 
 // The mHC pre and post gates of one mHC pre step, in one op instead of eight compute nodes:

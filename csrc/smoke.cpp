@@ -75,7 +75,7 @@ void hc_post_f32(const float *x, const float *residual, const float *post, const
     ggml_tensor *tp = ggml_new_tensor_2d(ctx.get(), GGML_TYPE_F32, hc, n_tokens);
     ggml_tensor *tc = ggml_new_tensor_3d(ctx.get(), GGML_TYPE_F32, hc, hc, n_tokens);
     for (ggml_tensor *t : {tx, tr, tp, tc}) ggml_set_input(t);
-    ggml_tensor *y = ggml_kernel ? ggml_dsv4_hc_post(ctx.get(), tx, tr, tp, tc) : hc_post(ctx.get(), tx, tr, tp, tc);
+    ggml_tensor *y = ggml_kernel ? ggml_dsv4_hc_post(ctx.get(), tx, tr, tp, tc) : hc_post_mix(ctx.get(), tx, tr, tp, tc);
     compute_on_cpu(y, {{tx, x}, {tr, residual}, {tp, post}, {tc, comb}}, out, ctx.get());
 }
 
