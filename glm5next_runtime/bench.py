@@ -573,7 +573,7 @@ def run_spec_rows(ours: OursRunner, args: argparse.Namespace, prompts: dict[int,
             if depth + 1 + n_gen + max(args.spec_n_max) > n_ctx:
                 continue
             for n_max, share, dt in combos:
-                on, off, stats = Stats(), Stats(), []
+                on, off = Stats(), Stats()
                 for rep in range(args.repetitions + (0 if args.no_warmup else 1)):
                     n, s_off, s_on = 0, 0.0, 0.0
                     stats = []
