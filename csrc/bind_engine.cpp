@@ -46,7 +46,7 @@ py::dict verify(Engine & e, const std::vector<int32_t> & tokens, int64_t n_keep)
     EvalOutput out;
     {
         py::gil_scoped_release release;
-        out = e.verify(tokens, [n_keep](const EvalOutput &) { return n_keep; });
+        e.verify(tokens, [n_keep](const EvalOutput &) { return n_keep; }, out);
     }
     py::dict d;
     d["logits"] = to_array(std::move(out.logits), out.n_logit_rows, e.n_vocab());
@@ -81,8 +81,8 @@ py::dict draft_rows(Engine & e, const py::array_t<float, py::array::c_style | py
     DraftOutput out;
     {
         py::gil_scoped_release release;
-        out = e.draft_rows(hidden.data(), next_tokens.data(), n, pos0, saved_pools ? saved_pools->data() : nullptr,
-                           saved_p0);
+        e.draft_rows(hidden.data(), next_tokens.data(), n, pos0, saved_pools ? saved_pools->data() : nullptr, saved_p0,
+                     out);
     }
     py::dict d;
     d["logits"] = py::array_t<float>((py::ssize_t) out.logits.size(), out.logits.data());

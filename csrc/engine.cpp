@@ -104,19 +104,17 @@ EvalOutput Engine::eval(const std::vector<int32_t> & tokens, bool logits_all) {
     return out;
 }
 
-EvalOutput Engine::verify(const std::vector<int32_t> & tokens, const KeepRows & keep) {
+void Engine::verify(const std::vector<int32_t> & tokens, const KeepRows & keep, EvalOutput & out) {
     const int64_t n = (int64_t) tokens.size();
     if (n == 0 || n > params_.n_batch || cache_.n_past + n > cache_.n_ctx()) {
         throw std::invalid_argument("verify: " + std::to_string(n) + " rows must be >= 1, fit one ubatch (n_batch = " +
                                     std::to_string(params_.n_batch) + ") and the context");
     }
     check_tokens(tokens.data(), n);
-    EvalOutput out;
     out.n_tokens = out.n_logit_rows = n;
     out.logits.resize(n * model_.hp.n_vocab);
     out.hidden.resize(n * model_.hp.n_embd);
     eval_ubatch(tokens.data(), n, true, out, 0, &keep);
-    return out;
 }
 
 // Keeps rows [0, n_keep) of a verify pass: every KDA state jumps to its snapshot after row n_keep-1 and every conv
@@ -184,8 +182,8 @@ void Engine::eval_ubatch(const int32_t * tokens, int64_t n, bool logits_all, Eva
     tokens_.insert(tokens_.end(), tokens, tokens + n_keep);
 }
 
-DraftOutput Engine::draft_rows(const float * hidden, const int32_t * next_tokens, int64_t n, int64_t pos0,
-                               const int32_t * saved_pools, int64_t saved_p0) {
+void Engine::draft_rows(const float * hidden, const int32_t * next_tokens, int64_t n, int64_t pos0,
+                        const int32_t * saved_pools, int64_t saved_p0, DraftOutput & out) {
     const HParams & hp = model_.hp;
     if (!draft_cache_) {
         throw std::invalid_argument(model_.path + ": no NextN layer to draft with (nextn_predict_layers = 0, no -md file)");
@@ -199,10 +197,6 @@ DraftOutput Engine::draft_rows(const float * hidden, const int32_t * next_tokens
         throw std::invalid_argument("a step that reuses a selection is one row after the row that made it");
     }
     check_tokens(next_tokens, n);
-    DraftOutput out;
-    out.logits.resize(hp.n_vocab);
-    out.z.resize(hp.n_embd);
-    out.pools.resize(n_top_pool());
     for (int64_t row0 = 0; row0 < n; row0 += params_.n_batch) {
         const int64_t m = std::min<int64_t>(params_.n_batch, n - row0);
         GraphContext gc(meta_);
@@ -218,7 +212,10 @@ DraftOutput Engine::draft_rows(const float * hidden, const int32_t * next_tokens
         set_row_scale(g.inp_row_scale, saved_pools ? g.params.kpool_saved : g.params.kpool, m);
         compute(g.gf);
         draft_cache_->n_past = (uint32_t) (pos0 + row0 + m);
-        if (row0 + m == n) {
+        if (row0 + m == n) {  // the inputs are in the graph by now: out may be written, even if hidden is out.z
+            out.logits.resize(hp.n_vocab);
+            out.z.resize(hp.n_embd);
+            out.pools.resize(n_top_pool());
             ggml_backend_tensor_get(g.logits, out.logits.data(), 0, hp.n_vocab * sizeof(float));
             ggml_backend_tensor_get(g.z, out.z.data(), 0, hp.n_embd * sizeof(float));
             if (g.pools) {
@@ -229,7 +226,6 @@ DraftOutput Engine::draft_rows(const float * hidden, const int32_t * next_tokens
             }
         }
     }
-    return out;
 }
 
 }  // namespace glm5next

@@ -57,15 +57,18 @@ public:
 
     // A verify pass (runtime.md, draft-MTP round): evaluates `tokens` (one ubatch) with per-row KDA snapshots,
     // then keeps only the first keep(output) rows: KDA conv windows and states jump to that row's snapshot (no
-    // replay) and the attention rows after it are dropped. Returns logits and hidden of every row.
-    EvalOutput verify(const std::vector<int32_t> & tokens, const KeepRows & keep);
+    // replay) and the attention rows after it are dropped. Writes logits and hidden of every row into `out`, whose
+    // buffers a caller reuses round after round (no [n, n_vocab] allocation per round).
+    void verify(const std::vector<int32_t> & tokens, const KeepRows & keep, EvalOutput & out);
 
     // Writes draft-head rows (hidden[i], next_tokens[i]) at positions pos0.. (hidden: [n, n_embd] row-major,
     // post-norm trunk states or a previous step's z) into the draft cache, dropping any rows after them.
     // With saved_pools (n must be 1) the row attends exactly the selection row saved_p0 made (index sharing).
-    // Throws std::invalid_argument if the file has no NextN layer, pos0 leaves a gap, or n_ctx is exceeded.
-    DraftOutput draft_rows(const float * hidden, const int32_t * next_tokens, int64_t n, int64_t pos0,
-                           const int32_t * saved_pools, int64_t saved_p0);
+    // The answer for the last row goes to `out` (reused by callers step after step; `hidden` may point into out.z:
+    // it is read before `out` is written). Throws std::invalid_argument if the file has no NextN layer, pos0
+    // leaves a gap, or n_ctx is exceeded.
+    void draft_rows(const float * hidden, const int32_t * next_tokens, int64_t n, int64_t pos0,
+                    const int32_t * saved_pools, int64_t saved_p0, DraftOutput & out);
 
     void reset() {
         cache_.clear();
@@ -94,9 +97,9 @@ private:
     const Model & draft_model_;  // the file the draft head's weights come from (model_ unless -md)
     EngineParams params_;
     SeqCache cache_;
-    std::unique_ptr<SeqCache> draft_cache_;
+    std::unique_ptr<SeqCache> draft_cache_;  // the NextN layer's rows; null without one
     std::unique_ptr<DraftWeights> draft_weights_;
-    std::vector<int32_t> tokens_;  // the NextN layer's rows; null without one
+    std::vector<int32_t> tokens_;
     ggml_backend_t backend_ = nullptr;
     ggml_gallocr_t galloc_ = nullptr;
     std::vector<uint8_t> meta_;  // memory of the per-ubatch graph context (tensor and graph metadata only)

@@ -39,13 +39,15 @@ void Generator::draft(int64_t p0, int64_t n_max) {
     d.tokens.clear();
     if ((int64_t) d.q.size() < n_max) d.q.resize(n_max);
     const int64_t n_vocab = engine_.n_vocab();
-    DraftOutput out = engine_.draft_rows(pending_h_.data(), pending_x_.data(), (int64_t) pending_x_.size(),
-                                         pending_pos_, nullptr, -1);
-    const std::vector<int32_t> saved = out.pools;  // S(p0), the selection of step 0
+    DraftOutput & out = draft_out_;
+    engine_.draft_rows(pending_h_.data(), pending_x_.data(), (int64_t) pending_x_.size(), pending_pos_, nullptr, -1,
+                       out);
+    saved_pools_ = out.pools;  // S(p0), the selection of step 0
     for (int64_t k = 0; k < n_max; ++k) {
-        if (k > 0) {
+        if (k > 0) {  // the row (z_{k-1}, d_{k-1}): z is read from `out` before the step overwrites it
             const int32_t prev = d.tokens.back();
-            out = engine_.draft_rows(out.z.data(), &prev, 1, p0 + k, share_ ? saved.data() : nullptr, share_ ? p0 : -1);
+            engine_.draft_rows(out.z.data(), &prev, 1, p0 + k, share_ ? saved_pools_.data() : nullptr,
+                               share_ ? p0 : -1, out);
         }
         if (spec_.p_min > 0.0f && top_probability(out.logits) < spec_.p_min) {
             break;
@@ -117,7 +119,8 @@ std::vector<int32_t> Generator::step() {
     batch.insert(batch.end(), d.tokens.begin(), d.tokens.end());
     std::vector<int32_t> emitted;  // accepted drafts, then the target's token
     const auto t0 = clock::now();
-    EvalOutput v = engine_.verify(batch, [&](const EvalOutput & vo) -> int64_t {
+    const EvalOutput & v = verify_out_;
+    engine_.verify(batch, [&](const EvalOutput & vo) -> int64_t {
         const int64_t n_d = (int64_t) d.tokens.size();
         if (spec_.synthetic_accepted >= 0 && n_d > 0) {
             const int64_t keep = synthetic_keep(n_d);
@@ -135,7 +138,7 @@ std::vector<int32_t> Generator::step() {
         }
         emitted.push_back(sampler_.sample(vo.logits.data() + n_d * n_vocab, n_vocab));  // the bonus token
         return n_d + 1;
-    });
+    }, verify_out_);
     stats_.verify_ms += ms_since(t0);
 
     const int64_t n_acc = (int64_t) emitted.size() - 1;

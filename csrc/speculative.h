@@ -76,6 +76,10 @@ private:
     int64_t pending_pos_ = 0;
     Draft draft_;           // this round's drafts (reused)
     std::vector<float> p_;  // the target distribution of a row (reused)
+    // Engine outputs, reused round after round: no per-round allocation of [rows, n_vocab] logits.
+    DraftOutput draft_out_;
+    std::vector<int32_t> saved_pools_;  // S(p0) of this round's step 0 (index sharing)
+    EvalOutput verify_out_;
     std::mt19937_64 synthetic_rng_{12345};
 };
 
