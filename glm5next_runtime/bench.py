@@ -45,11 +45,11 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
+from .tokenizer import NORMAL
+
 PROG = "glm5next-bench"
 OURS = "glm5next"
 UPSTREAM = "llama_cpp"
-LABELS = {OURS: "glm5next", UPSTREAM: "llama.cpp"}
-NORMAL_TOKEN = 1  # llama.cpp token type of ordinary vocabulary entries
 
 
 class BenchError(Exception):
@@ -427,7 +427,7 @@ def render_csv(report: dict[str, Any]) -> str:
 
 def _inputs(ours: OursRunner, n_depth: int, n_prompt: int, n_gen: int, seed: int, tg_argmax: bool) -> Inputs:
     types = ours.model._core.vocab()[1]
-    normal = np.array([i for i, ty in enumerate(types) if ty == NORMAL_TOKEN] or range(ours.model.n_vocab))
+    normal = np.array([i for i, ty in enumerate(types) if ty == NORMAL] or range(ours.model.n_vocab))
     rng = np.random.default_rng(seed)
     def draw(n: int) -> list[int]:
         return normal[rng.integers(0, len(normal), n)].tolist()
