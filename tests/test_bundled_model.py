@@ -24,6 +24,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from train import data  # noqa: E402
 
 BUNDLED = ROOT / "models" / "glm5next-small"
+TEXT_CONFIG = json.loads((BUNDLED / "config.json").read_text())["text_config"]
 CLI = Path(sys.executable).parent / "glm5next-cli"
 PROMPT_TOKENS = 384  # 3 x index_topk
 N_GEN = 200
@@ -43,27 +44,30 @@ def model(gguf):
 
 
 @pytest.fixture(scope="module")
-def prompts(model) -> list[list[int]]:
-    """The first PROMPT_TOKENS tokens of the first two long enough held-out files."""
+def heldout(model) -> list[list[int]]:
+    """The token ids of every held-out file, in the split's order."""
     _, held = data.split(data.stdlib_sources())
-    ids = (model.tokenize(t, parse_special=False) for t in data.read_texts(held))
-    return [i[:PROMPT_TOKENS] for i in ids if len(i) >= PROMPT_TOKENS][:2]
+    return [model.tokenize(t, parse_special=False) for t in data.read_texts(held)]
 
 
 @pytest.fixture(scope="module")
-def long_prompt(model) -> list[int]:
+def prompts(heldout) -> list[list[int]]:
+    """The first PROMPT_TOKENS tokens of the first two long enough held-out files."""
+    return [i[:PROMPT_TOKENS] for i in heldout if len(i) >= PROMPT_TOKENS][:2]
+
+
+@pytest.fixture(scope="module")
+def long_prompt(heldout) -> list[int]:
     """4 x index_topk + 7 tokens of the first held-out file that long."""
-    _, held = data.split(data.stdlib_sources())
-    n = 4 * json.loads((BUNDLED / "config.json").read_text())["text_config"]["index_topk"] + 7
-    return next(i[:n] for i in (model.tokenize(t, parse_special=False) for t in data.read_texts(held)) if len(i) >= n)
+    n = 4 * TEXT_CONFIG["index_topk"] + 7
+    return next(i[:n] for i in heldout if len(i) >= n)
 
 
 def hf_trunk_and_index_scores(tokens: list[int]):
     """hf_trunk's (logits, hidden, selections) and each full-indexer layer's pool scores [n_tokens, n_pools], in
     layer order. The scores exist only inside the indexer's forward, so they are taken at its top-k call."""
     import torch
-    text = json.loads((BUNDLED / "config.json").read_text())["text_config"]
-    k = text["index_topk"] // text["index_kpool"]
+    k = TEXT_CONFIG["index_topk"] // TEXT_CONFIG["index_kpool"]
     scores, topk = [], torch.Tensor.topk
 
     def spy(self, kk, *args, **kwargs):
@@ -84,7 +88,7 @@ def test_trunk_matches_transformers_up_to_exact_ties(tmp_path_factory, long_prom
     path = convert(BUNDLED, tmp_path_factory.mktemp("bundled-f32") / "f32.gguf", outtype="f32", progress=False,
                    log=lambda m: None)
     (want_logits, want_hidden, want_sel), scores = hf_trunk_and_index_scores(long_prompt)
-    kpool = json.loads((BUNDLED / "config.json").read_text())["text_config"]["index_kpool"]
+    kpool = TEXT_CONFIG["index_kpool"]
     m = Model(path, n_ctx=1024, n_threads=2)
     logits = m.eval(long_prompt, logits_all=True)
     assert len(scores) == len(want_sel) > 0
