@@ -40,6 +40,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
@@ -77,9 +78,12 @@ class OursRunner:
 
     def __init__(self, path: Path, n_ctx: int, n_threads: int, n_batch: int):
         from .model import Model
-        self.model = Model(path, n_ctx=n_ctx, n_threads=n_threads, n_batch=n_batch)
+        self._load = partial(Model, path, n_ctx=n_ctx, n_threads=n_threads, n_batch=n_batch)
+        self.model = self._load()
         self._logits: np.ndarray | None = None
-        self._engines: dict[tuple, Any] = {}
+        # draft type -> a model whose draft layer has that type: requantizing is done once, at its load, and a
+        # second Model is cheap (the weights are memory-mapped)
+        self._by_draft_type = {"auto": self.model}
 
     def reset(self) -> None:
         self.model.reset()
@@ -96,14 +100,11 @@ class OursRunner:
                     draft_type: str) -> tuple[int, float, dict]:
         """Greedy generation of n_gen tokens after `prompt` (untimed) in draft-MTP rounds (n_max 0: no drafts).
         Returns (tokens, seconds in the rounds, the generator's counters)."""
-        from . import _core
-        key = (draft_type,)
-        if key not in self._engines:  # an engine per draft type: requantizing is done once, at its creation
-            m = self.model
-            self._engines[key] = _core.Engine(m._core, m.n_ctx, m.n_batch, m.n_threads, draft_type)
-        g = _core.Generator(self._engines[key], n_max=n_max, temperature=0.0,
-                            synthetic_accepted=-1.0 if accept is None else accept - 1.0,
-                            index_share={"auto": -1, "off": 0, "on": 1}[share])
+        if draft_type not in self._by_draft_type:
+            self._by_draft_type[draft_type] = self._load(spec_draft_type=draft_type)
+        g = self._by_draft_type[draft_type].generator(
+            n_max=n_max, temperature=0.0, seed=0, index_share=share,
+            synthetic_accepted=-1.0 if accept is None else accept - 1.0)
         out = [g.start(list(prompt))]
         t0 = time.perf_counter()
         while len(out) < n_gen + 1:
@@ -337,9 +338,9 @@ def _human_params(n: float) -> str:
 
 def model_info(ours: OursRunner, path: Path, threads: int, n_batch: int, n_ctx: int) -> dict[str, Any]:
     m = ours.model
-    tensors = m._core.tensors()  # (name, type, shape, nbytes)
-    size = sum(t[3] for t in tensors)
-    params = sum(math.prod(t[2]) for t in tensors)
+    tensors = m.tensors()
+    size = sum(t.nbytes for t in tensors)
+    params = sum(math.prod(t.shape) for t in tensors)
     try:
         import gguf
         ftype = gguf.LlamaFileType(m.metadata("general.file_type")).name.removeprefix("MOSTLY_").removeprefix("ALL_")
@@ -426,7 +427,7 @@ def render_csv(report: dict[str, Any]) -> str:
 # ---------------------------------------------------------------------------------------------------- main
 
 def _inputs(ours: OursRunner, n_depth: int, n_prompt: int, n_gen: int, seed: int, tg_argmax: bool) -> Inputs:
-    types = ours.model._core.vocab()[1]
+    types = ours.model.tokenizer.token_types
     normal = np.array([i for i, ty in enumerate(types) if ty == NORMAL] or range(ours.model.n_vocab))
     rng = np.random.default_rng(seed)
     def draw(n: int) -> list[int]:

@@ -1,5 +1,6 @@
 """Inspection of the NextN (MTP) draft head: what it drafts after a prompt, step by step (model.md, NextN draft
-head and index_share_for_mtp_iteration). The speculative round itself runs in C++."""
+head and index_share_for_mtp_iteration), through the same draft chain the speculative round runs
+(_core.DraftChain, csrc/runtime/draft_chain.h), with each step's token chosen greedily here."""
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -39,20 +40,15 @@ def draft(model, tokens: Sequence[int], n_steps: int, share: bool | None = None)
     if share is None:
         share = bool(hp["index_share_mtp"])
     kpool, tail = hp["idx_kpool"], hp["idx_select_tail"]
-    engine = model._engine
-    model.reset()
+    chain = model.draft_chain(share)  # resets the model's sequence for the trunk pass below
     model.eval(list(tokens[:-1]))
     h = np.ascontiguousarray(model.hidden, dtype=np.float32)
-    p0 = len(tokens) - 2
-    out = engine.draft_rows(h, [int(t) for t in tokens[1:]], 0)
-    saved = out["pools"]
+    out = chain.begin(h, [int(t) for t in tokens[1:]], 0)
     result = DraftResult([], np.empty((n_steps, model.n_vocab), np.float32), [])
     for k in range(n_steps):
         if k > 0:
-            out = engine.draft_rows(z[None, :], [d], p0 + k, saved if share else None, p0 if share else -1)
-        d = int(np.argmax(out["logits"]))
-        z = out["z"]
-        result.tokens.append(d)
+            out = chain.next(result.tokens[-1])
+        result.tokens.append(int(np.argmax(out["logits"])))
         result.logits[k] = out["logits"]
-        result.selected.append(selected_positions(out["pools"], p0 if (share and k > 0) else p0 + k, kpool, tail))
+        result.selected.append(selected_positions(out["pools"], chain.selection_pos, kpool, tail))
     return result

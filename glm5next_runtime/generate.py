@@ -1,5 +1,5 @@
-"""Text generation over a Model (Model.generate): the decode loop, the text it may show while streaming, and
-its result."""
+"""Text generation (what Model.generate runs): the decode loop over a native generator, the text it may show while
+streaming, and its result."""
 from __future__ import annotations
 
 import codecs
@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from . import _core
-    from .model import Model
+    from .tokenizer import Tokenizer
 
 END_OF_GENERATION = ("eos", "eot", "eom")  # Tokenizer.special_ids names whose token ends a generation
 
@@ -106,20 +106,20 @@ class GenerationStream(Iterator[str]):
         return self.result
 
 
-def decode(model: Model, prompt: list[int], max_tokens: int, generator: _core.Generator,
+def decode(generator: _core.Generator, tokenizer: Tokenizer, n_ctx: int, prompt: list[int], max_tokens: int,
            stop: Sequence[str]) -> Generator[str, None, GenerationResult]:
-    """Run `generator` (which resets the model's sequence) on `prompt` (checked: non-empty ids that fit in n_ctx)
-    until an end-of-generation token, a stop string, max_tokens, or a full context. Each round of the C++ loop
-    emits one or more tokens (accepted drafts, then the target's). Yields text pieces (see TextStream); returns
-    the GenerationResult."""
-    special = model.tokenizer.special_ids
+    """Run `generator` (which resets its model's sequence) on `prompt` (checked: non-empty ids of `tokenizer`'s
+    vocab that fit in the n_ctx-token context) until an end-of-generation token, a stop string (non-empty),
+    max_tokens (>= 0), or a full context. Each round of the C++ loop emits one or more tokens (accepted drafts,
+    then the target's). Yields text pieces (see TextStream); returns the GenerationResult."""
+    special = tokenizer.special_ids
     end_ids = {special[name] for name in END_OF_GENERATION if name in special}
     text = TextStream(stop)
     pieces: list[str] = []
     tokens: list[int] = []
     finish = "length"
     # Every generated token must fit in the context, so that it can be evaluated (e.g. to continue the sequence).
-    max_tokens = min(max_tokens, model.n_ctx - len(prompt))
+    max_tokens = min(max_tokens, n_ctx - len(prompt))
     if max_tokens == 0:
         generator.start(prompt)
         return GenerationResult("", [], finish, _metrics(generator.stats, 0, 0.0))
@@ -133,7 +133,7 @@ def decode(model: Model, prompt: list[int], max_tokens: int, generator: _core.Ge
                 finish = "stop"
                 break
             tokens.append(token)
-            piece = text.feed(model.tokenizer.token_to_piece(token))
+            piece = text.feed(tokenizer.token_to_piece(token))
             if piece:
                 pieces.append(piece)
                 yield piece

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -11,17 +11,27 @@ from . import _core
 from .generate import GenerationResult, GenerationStream, decode
 from .draft import DraftResult, draft, selected_positions
 from .placement import CPU, plan_placement
+from .prompt import check_prompt
 from .tokenizer import Tokenizer
 
-SUPPORTED_TOKENIZERS = {"gpt2": ("glm4",)}
+SUPPORTED_TOKENIZERS = {"gpt2": ("glm4",)}  # tokenizer.ggml.model -> accepted tokenizer.ggml.pre
 SPEC_TYPES = ("draft-mtp", "none")
-INDEX_SHARE = {"auto": -1, "off": 0, "on": 1}  # tokenizer.ggml.model -> accepted tokenizer.ggml.pre
+INDEX_SHARE = {"auto": -1, "off": 0, "on": 1}  # spec_index_share -> _core.Generator's index_share
+
+
+class TensorInfo(NamedTuple):
+    """One tensor of the file: its GGUF name, ggml type name ("f32", "q8_0", ...), shape in ggml order (ne[0]
+    first, trailing 1s dropped) and size in bytes."""
+    name: str
+    type: str
+    shape: list[int]
+    nbytes: int
 
 
 def offload_devices() -> list[str]:
     """ggml device names that can hold weights: "CPU" first, then GPUs (accelerators such as BLAS only speed up
     CPU work and are not placement targets)."""
-    gpus = [name for name, _desc, kind in _core.backend_devices() if kind in ("gpu", "igpu")]
+    gpus = [d["name"] for d in _core.list_devices() if d["type"] in ("gpu", "igpu")]
     return [CPU, *gpus]
 
 
@@ -60,20 +70,25 @@ class Model:
         spec_index_share: "auto" (the file's index_share_for_mtp_iteration), "on" or "off".
         spec_draft_type: "auto" (the draft layer's weights as stored), "q8_0" or "q4_0" (requantized at load).
         draft_model: a separate draft file (converted with --mtp-only) whose NextN layer drafts for this trunk.
+        rpc: "HOST:PORT" endpoints of ggml RPC servers (glm5next-rpc-server, llama.cpp's --rpc) whose devices
+            become placement targets.
     Raises:
         ValueError: a malformed file, key, tensor, override or placement rule (the message names it), a
             non-positive n_ctx / n_batch / n_threads, a tokenizer this runtime does not implement, or
-            spec_type "draft-mtp" for a file without a NextN layer.
+            spec_type "draft-mtp" for a file without a NextN layer, or an rpc endpoint that is malformed,
+            unreachable or not a ggml RPC server of this protocol version (named).
     """
 
     def __init__(self, path: str | os.PathLike, n_ctx: int = 4096, n_threads: int | None = None, n_batch: int = 512,
                  override_kv: Sequence[str] = (), n_gpu_layers: int = 0, cpu_moe: bool = False, n_cpu_moe: int = 0,
                  override_tensor: Sequence[str] = (), spec_type: str | None = None, draft_n_max: int = 3,
                  draft_n_min: int = 0, draft_p_min: float = 0.0, spec_index_share: str = "auto",
-                 spec_draft_type: str = "auto", draft_model: str | os.PathLike | None = None):
+                 spec_draft_type: str = "auto", draft_model: str | os.PathLike | None = None,
+                 rpc: Sequence[str] = ()):
         for name, value in (("n_ctx", n_ctx), ("n_batch", n_batch), ("n_threads", n_threads)):
             if value is not None and value < 1:
                 raise ValueError(f"{name} = {value}: must be >= 1")
+        _core.add_rpc_servers(list(rpc))  # checked before ggml's client sees them: it aborts on a bad endpoint
         self._core = _core.Model(os.fspath(path), list(override_kv))
         self.tokenizer = _tokenizer(self._core)
         self._n_ctx = n_ctx
@@ -82,6 +97,7 @@ class Model:
         self._placement_args = dict(n_gpu_layers=n_gpu_layers, cpu_moe=cpu_moe, n_cpu_moe=n_cpu_moe,
                                     override_tensor=tuple(override_tensor))
         self._placement = self._plan()  # plan at load so a bad -ot rule fails here, naming it
+        self._core.place({name: device for name, device in self._placement.items() if device != CPU})
         self._draft_core = _core.Model(os.fspath(draft_model), list(override_kv)) if draft_model else None
         self._engine = _core.Engine(self._core, n_ctx, n_batch, self.n_threads, spec_draft_type, self._draft_core)
         self._last: dict | None = None
@@ -142,6 +158,14 @@ class Model:
         [n_steps, n_vocab] and each step's attended positions. share=None follows the file (index sharing)."""
         return draft(self, tokens, n_steps, share)
 
+    def draft_chain(self, share: bool) -> _core.DraftChain:
+        """The NextN draft chain on this model's sequence, as the speculative round runs it (_core.DraftChain):
+        begin(hidden, next_tokens, pos0) writes the draft rows up to step 0, next(token) takes a step. The
+        sequence is reset (the chain's rows follow the trunk's). share: steps >= 1 reuse step 0's selection.
+        Raises ValueError when the model has no NextN layer."""
+        self.reset()
+        return _core.DraftChain(self._engine, share)
+
     def _require_eval(self) -> dict:
         if self._last is None:
             raise RuntimeError("no eval since the model was loaded or reset")
@@ -195,34 +219,77 @@ class Model:
         Generation also ends at an eos / eot / eom token (not returned) and before the context overflows.
         Returns a GenerationResult, or with stream=True a GenerationStream: an iterator of text pieces (complete
         UTF-8 only, stop strings held back while they may still form) whose `result` is set once it is exhausted.
-        Raises ValueError (before anything runs) for an empty prompt, a prompt longer than n_ctx, an id outside the
-        vocab, max_tokens < 0, an empty stop string or invalid sampler settings.
+        Raises ValueError (before anything runs) for max_tokens < 0, an empty stop string or invalid sampler
+        settings, and a PromptError (a ValueError, see glm5next_runtime.prompt) for an empty prompt, one longer
+        than n_ctx (a prompt of exactly n_ctx tokens generates nothing) or an id outside the vocab.
         """
         ids = self.tokenize(prompt, add_special=True) if isinstance(prompt, str) else [int(t) for t in prompt]
-        if not ids:
-            raise ValueError("prompt is empty: generation needs at least one token to continue")
-        if len(ids) > self.n_ctx:
-            raise ValueError(f"prompt has {len(ids)} tokens, more than the context holds (n_ctx = {self.n_ctx})")
-        if bad := [t for t in ids if not 0 <= t < self.n_vocab]:
-            raise ValueError(f"prompt: token id {bad[0]} is outside the vocab [0, {self.n_vocab})")
+        check_prompt(ids, self.n_ctx, self.n_vocab)
         if max_tokens < 0:
             raise ValueError(f"max_tokens = {max_tokens}: must be >= 0")
         stops = [stop] if isinstance(stop, str) else list(stop or ())
         if not all(isinstance(s, str) and s for s in stops):
             raise ValueError(f"stop = {stop!r}: stop strings must be non-empty str")
+        generator = self.generator(n_max=spec_n_max, temperature=temperature, top_k=top_k, top_p=top_p,
+                                   min_p=min_p, seed=seed)
+        pieces = GenerationStream(decode(generator, self.tokenizer, self.n_ctx, ids, max_tokens, stops))
+        return pieces if stream else pieces.finish()
+
+    def generator(self, n_max: int | None = None, temperature: float = 0.8, top_k: int = 40, top_p: float = 0.95,
+                  min_p: float = 0.05, seed: int | None = None, index_share: str | None = None,
+                  n_min: int | None = None, p_min: float | None = None,
+                  synthetic_accepted: float = -1.0) -> _core.Generator:
+        """A native generation loop on this model's sequence (what Model.generate drives): its `start(prompt ids)`
+        resets the sequence, evaluates the prompt and returns the first token; each `step()` runs one round and
+        returns the tokens it emits; `room` and `stats` as in _core.Generator.
+
+        n_max: drafts per round (0 = no speculation); None keeps the model's (draft_n_max, 0 with spec_type none).
+        temperature, top_k, top_p, min_p, seed: the sampler (see _core.Sampler; temperature <= 0 is greedy, seed
+            None draws one).
+        index_share: "auto", "on" or "off" (as spec_index_share); None keeps the model's.
+        n_min, p_min: the shortest draft worth verifying and the draft probability below which drafting stops;
+            None keeps the model's (draft_n_min, draft_p_min).
+        synthetic_accepted: benchmarks only, a fixed mean number of accepted drafts per round (< 0: real
+            acceptance).
+        Use one generator at a time: each shares the model's sequence. Raises ValueError for an unknown index_share, drafting (n_max > 0) without a NextN layer,
+        n_max >= n_batch or invalid sampler settings.
+        """
+        if index_share is not None and index_share not in INDEX_SHARE:
+            raise ValueError(f"index_share {index_share!r}: expected auto, on or off")
+        spec = dict(self.spec)
+        if n_max is not None:
+            spec["n_max"] = n_max
+        if index_share is not None:
+            spec["index_share"] = INDEX_SHARE[index_share]
+        for key, value in (("n_min", n_min), ("p_min", p_min)):
+            if value is not None:
+                spec[key] = value
         if seed is None:
             seed = int.from_bytes(os.urandom(8), "little")
-        n_max = self.spec["n_max"] if spec_n_max is None else spec_n_max
-        generator = _core.Generator(self._engine, **{**self.spec, "n_max": n_max}, temperature=temperature,
-                                    top_k=top_k, top_p=top_p, min_p=min_p, seed=seed)
-        pieces = GenerationStream(decode(self, ids, max_tokens, generator, stops))
-        return pieces if stream else pieces.finish()
+        return _core.Generator(self._engine, **spec, synthetic_accepted=synthetic_accepted,
+                               temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed)
+
+    @property
+    def devices(self) -> list[str]:
+        """The devices other than the CPU that hold this model's weights (as placed at load, see placement())."""
+        return list(self._core.devices)
+
+    @property
+    def graph_splits(self) -> int:
+        """Splits of the last graph run by ggml's scheduler: 1 when every op ran on one device, more when the
+        graph crossed devices (each split boundary copies tensors between them)."""
+        return self._engine.n_splits
 
     def placement(self) -> dict[str, str]:
         """Tensor name -> device name ("CPU", "CUDA0", ...) under this model's placement settings."""
         return dict(self._placement)
 
+    def tensors(self) -> list[TensorInfo]:
+        """Every tensor of the file (trunk file only, not a draft_model's), in file order: (name, ggml type name,
+        shape, nbytes) (see TensorInfo)."""
+        return [TensorInfo(*t) for t in self._core.tensors()]
+
     def _plan(self) -> dict[str, str]:
         hp = self.hparams
-        names = [name for name, *_ in self._core.tensors()]
+        names = [t.name for t in self.tensors()]
         return plan_placement(names, hp["n_layer_all"], hp["n_trunk"], offload_devices(), **self._placement_args)

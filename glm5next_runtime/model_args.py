@@ -3,16 +3,43 @@ from them."""
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
+from . import _core
 from .model import INDEX_SHARE, SPEC_TYPES, Model
 from .placement import describe_placement
 
 DRAFT_TYPES = ("auto", "q8_0", "q4_0")
 
 
+def split_servers(value: str) -> list[str]:
+    """--rpc "HOST:PORT[,HOST:PORT...]" -> the endpoints (empty items dropped)."""
+    return [item.strip() for item in value.split(",") if item.strip()]
+
+
+class ListDevices(argparse.Action):
+    """--list-devices: print ggml's devices (with those of the --rpc servers given before it) and exit, as
+    llama.cpp does; exits 1 naming an --rpc endpoint that does not answer."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        try:
+            _core.add_rpc_servers(split_servers(getattr(namespace, "rpc", None) or ""))
+        except (ValueError, RuntimeError) as e:
+            parser.exit(1, f"{parser.prog}: {e}\n")
+        print("Available devices:")
+        for d in _core.list_devices(memory=True):
+            print(f"  {d['name']}: {d['description']} ({d['memory_total'] // 2**20} MiB, "
+                  f"{d['memory_free'] // 2**20} MiB free)")
+        sys.stdout.flush()
+        parser.exit(0)
+
+
 def add_model_args(p: argparse.ArgumentParser) -> None:
-    """Add -m, -md, -c, -t, -b, the placement flags, the speculation flags, --override-kv and --seed to `p`."""
+    """Add -m, -md, -c, -t, -b, --rpc, --list-devices, the placement flags, the speculation flags, --override-kv and --seed to `p`."""
     p.add_argument("-m", "--model", required=True, metavar="FILE", help="the glm5next .gguf file")
     p.add_argument("-md", "--model-draft", metavar="FILE",
                    help="separate draft file (converted with --mtp-only) whose NextN layer drafts for -m")
@@ -25,6 +52,9 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cpu-moe", action="store_true", help="keep every routed-expert weight on the CPU")
     p.add_argument("--n-cpu-moe", type=int, default=0, metavar="N",
                    help="keep the routed experts of the first N layers on the CPU")
+    p.add_argument("--rpc", metavar="HOST:PORT[,...]",
+                   help="ggml RPC servers (glm5next-rpc-server) whose devices join this process's (comma-separated)")
+    p.add_argument("--list-devices", action=ListDevices, help="print the available devices and exit")
     p.add_argument("-ot", "--override-tensor", action="append", default=[], metavar="REGEX=DEVICE",
                    help="put tensors matching REGEX on DEVICE (repeatable; comma-separated lists too)")
     p.add_argument("--spec-type", choices=SPEC_TYPES,
@@ -50,7 +80,7 @@ def model_kwargs(args: argparse.Namespace) -> dict[str, Any]:
                 n_cpu_moe=args.n_cpu_moe, override_tensor=args.override_tensor, spec_type=args.spec_type,
                 draft_n_max=args.spec_draft_n_max, draft_n_min=args.spec_draft_n_min,
                 draft_p_min=args.spec_draft_p_min, spec_index_share=args.spec_index_share,
-                spec_draft_type=args.spec_draft_type, draft_model=args.model_draft)
+                spec_draft_type=args.spec_draft_type, draft_model=args.model_draft, rpc=split_servers(args.rpc or ""))
 
 
 def request_seed(args: argparse.Namespace) -> int | None:

@@ -37,8 +37,8 @@ class Tokenizer:
     def __init__(self, tok: tokenizers.Tokenizer, tokens: list[str], token_types: list[int],
                  special_ids: Mapping[str, int], add_bos: bool = False, add_eos: bool = False):
         self._tok = tok
-        self._tokens = tokens
-        self._types = token_types
+        self._tokens = tuple(tokens)
+        self._types = tuple(token_types)
         self.special_ids = dict(special_ids)
         self.add_bos, self.add_eos = add_bos, add_eos
         # `encode_special_tokens` is tokenizer state; the lock keeps one encode's setting from leaking into another's
@@ -98,6 +98,17 @@ class Tokenizer:
     @property
     def n_vocab(self) -> int:
         return len(self._tokens)
+
+    @property
+    def tokens(self) -> tuple[str, ...]:
+        """[n_vocab] the token strings as the file stores them (byte-level alphabet for BPE tokens, plain text for
+        added tokens); token_to_piece gives a token's bytes."""
+        return self._tokens
+
+    @property
+    def token_types(self) -> tuple[int, ...]:
+        """[n_vocab] llama.cpp token types: NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE (1..6)."""
+        return self._types
 
     def encode(self, text: str, add_special: bool = False, parse_special: bool = True) -> list[int]:
         """Token ids of `text`.

@@ -11,6 +11,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 
 from make_checkpoint import make_checkpoint  # noqa: E402
+from rpc_servers import RpcServers  # noqa: E402
 
 
 class Checkpoints:
@@ -36,6 +37,14 @@ class Checkpoints:
 @pytest.fixture(scope="session")
 def checkpoints(tmp_path_factory) -> Checkpoints:
     return Checkpoints(tmp_path_factory.mktemp("ckpt"))
+
+
+@pytest.fixture(scope="session")
+def rpc_servers() -> RpcServers:
+    """glm5next-rpc-server processes on loopback, by name, alive for the whole session (see rpc_servers.py)."""
+    servers = RpcServers()
+    yield servers
+    servers.stop()
 
 
 def random_tokens(n: int, vocab: int = 380, seed: int = 0) -> list[int]:

@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from glm5next_runtime import _core
+from glm5next_runtime import _core, _testing
 
 
 # Odd sizes on purpose: not multiples of ggml's 32-element blocks or SIMD widths.
@@ -18,7 +18,7 @@ def test_matmul_matches_numpy(m, k, n):
     rng = np.random.default_rng(m * 10007 + k * 101 + n)
     a = rng.standard_normal((m, k), dtype=np.float32)
     b = rng.standard_normal((k, n), dtype=np.float32)
-    got = _core.matmul(a, b)
+    got = _testing.matmul(a, b)
     assert got.dtype == np.float32 and got.shape == (m, n)
     # f32 accumulation over k terms of N(0,1) products; compare with a float64
     # reference. Observed max error here is < 1e-5; 1e-4 leaves room for other
@@ -30,7 +30,7 @@ def test_matmul_accepts_non_contiguous_input():
     rng = np.random.default_rng(0)
     a = rng.standard_normal((6, 4), dtype=np.float32)
     b = rng.standard_normal((5, 4), dtype=np.float32).T  # Fortran-ordered view
-    np.testing.assert_allclose(_core.matmul(a, b), a @ b, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(_testing.matmul(a, b), a @ b, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize(
@@ -39,12 +39,12 @@ def test_matmul_accepts_non_contiguous_input():
 )
 def test_matmul_bad_shapes_raise_value_error(a_shape, b_shape):
     with pytest.raises(ValueError):
-        _core.matmul(np.ones(a_shape, np.float32), np.ones(b_shape, np.float32))
+        _testing.matmul(np.ones(a_shape, np.float32), np.ones(b_shape, np.float32))
 
 
 def test_matmul_rejects_float64():
     with pytest.raises(TypeError):
-        _core.matmul(np.ones((2, 2)), np.ones((2, 2)))
+        _testing.matmul(np.ones((2, 2)), np.ones((2, 2)))
 
 
 def test_info_functions():
@@ -60,8 +60,8 @@ def test_single_ggml_shared_with_llama_cpp(tmp_path):
 import json, os
 import numpy as np
 import llama_cpp
-from glm5next_runtime import _core
-_core.matmul(np.ones((2, 2), np.float32), np.ones((2, 2), np.float32))
+from glm5next_runtime import _core, _testing
+_testing.matmul(np.ones((2, 2), np.float32), np.ones((2, 2), np.float32))
 mapped = {line.split()[-1] for line in open("/proc/self/maps")
           if os.path.basename(line.split()[-1]).startswith("libggml-base")}
 print(json.dumps({"mapped": sorted(mapped), "llama_lib": os.path.join(os.path.dirname(llama_cpp.__file__), "lib")}))
@@ -82,8 +82,8 @@ def test_hc_post_matches_ggml_and_numpy(n_embd, hc, n_tokens):
     residual = rng.standard_normal((n_tokens, hc, n_embd), dtype=np.float32)
     post = rng.standard_normal((n_tokens, hc), dtype=np.float32)
     comb = rng.standard_normal((n_tokens, hc, hc), dtype=np.float32)
-    ours = _core.hc_post(x, residual, post, comb)
-    theirs = _core.hc_post(x, residual, post, comb, ggml_kernel=True)
+    ours = _testing.hc_post(x, residual, post, comb)
+    theirs = _testing.hc_post(x, residual, post, comb, ggml_kernel=True)
     want = x[:, None, :] * post[:, :, None] + np.einsum("tse,tsd->tde", residual.astype(np.float64), comb)
     assert ours.shape == (n_tokens, hc, n_embd)
     np.testing.assert_allclose(ours, theirs, rtol=0, atol=1e-5)
@@ -92,5 +92,5 @@ def test_hc_post_matches_ggml_and_numpy(n_embd, hc, n_tokens):
 
 def test_hc_post_rejects_bad_shapes():
     with pytest.raises(ValueError, match="hc_post: shapes"):
-        _core.hc_post(np.zeros((2, 8), np.float32), np.zeros((2, 4, 8), np.float32), np.zeros((2, 3), np.float32),
+        _testing.hc_post(np.zeros((2, 8), np.float32), np.zeros((2, 4, 8), np.float32), np.zeros((2, 3), np.float32),
                       np.zeros((2, 4, 4), np.float32))

@@ -5,11 +5,9 @@ arguments. Where a case needs particular tokens, `scripted` replaces the model's
 from __future__ import annotations
 
 import numpy as np
-
-import glm5next_runtime.model as model_module
 import pytest
 
-from glm5next_runtime import Model
+from glm5next_runtime import Model, _core
 from glm5next_runtime.generate import GenerationResult, GenerationStream, TextStream
 
 PROMPT = "Hello world, this is"
@@ -54,7 +52,7 @@ def scripted(model: Model, monkeypatch, script: list[int]) -> None:
         def step(self):
             return [next(ids)]
 
-    monkeypatch.setattr(model_module._core, "Generator", ScriptedGenerator)
+    monkeypatch.setattr(_core, "Generator", ScriptedGenerator)
 
 
 def test_greedy_equals_manual_argmax_loop(no_eog):

@@ -1,4 +1,4 @@
-"""Model loading (csrc/model.cpp): both arch spellings, hyper-parameters equal to the metadata, --override-kv
+"""Model loading (csrc/model/model.cpp): both arch spellings, hyper-parameters equal to the metadata, --override-kv
 applied before any check, key aliases, memory-mapped weights, and a clear ValueError naming the culprit for
 every malformed file (run in a subprocess, so that a crash shows up as a failed test, not a dead session)."""
 from __future__ import annotations

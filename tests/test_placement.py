@@ -94,7 +94,7 @@ def test_model_plan_on_this_machine(checkpoints):
     path = checkpoints.convert(checkpoints.make("load-tiny", dtype="f32"), outtype="f32")
     m = Model(path, n_gpu_layers=99, cpu_moe=True, override_tensor=["output=CPU"])
     p = m.placement()
-    assert set(p) == {t[0] for t in m._core.tensors()}
+    assert set(p) == {t.name for t in m.tensors()}
     assert "CPU" in describe_placement(p)
     with pytest.raises(ValueError, match="unknown device 'NoSuchDevice0'"):
         Model(path, override_tensor=["exps=NoSuchDevice0"])

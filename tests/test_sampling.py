@@ -1,4 +1,4 @@
-"""The sampler (csrc/sampling.cpp through _core.Sampler): greedy, the filter chain against a NumPy reference,
+"""The sampler (csrc/runtime/sampling.cpp through _core.Sampler): greedy, the filter chain against a NumPy reference,
 seeded reproducibility, the empirical distribution of draws, and speculative accept / resample keeping the
 target distribution exactly.
 

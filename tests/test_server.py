@@ -22,7 +22,8 @@ import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from glm5next_runtime import Model, server as server_module
+import glm5next_runtime.server.main as server_module
+from glm5next_runtime import Model
 from glm5next_runtime.chat import split_reasoning
 from live_server import N_CTX, SERVER, TIMEOUT, Server, free_port, get, post_json
 

@@ -13,8 +13,7 @@ from conftest import random_tokens
 
 
 def generator(model, **kw):
-    from glm5next_runtime import _core
-    return _core.Generator(model._engine, **kw)
+    return model.generator(**kw)
 
 
 def run(model, prompt, max_tokens, **kw):
@@ -49,8 +48,8 @@ def test_greedy_output_equals_plain_decoding(model, n_max):
 
 
 def test_greedy_output_is_the_same_with_and_without_index_sharing(model):
-    on, _ = run(model, PROMPT, 200, n_max=3, index_share=1, temperature=0.0)
-    off, _ = run(model, PROMPT, 200, n_max=3, index_share=0, temperature=0.0)
+    on, _ = run(model, PROMPT, 200, n_max=3, index_share="on", temperature=0.0)
+    off, _ = run(model, PROMPT, 200, n_max=3, index_share="off", temperature=0.0)
     assert on == off
 
 

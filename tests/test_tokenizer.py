@@ -73,7 +73,7 @@ def _is_utf8(b: bytes) -> bool:
 
 def test_unused_ids_and_bad_ids(model):
     tok = model.tokenizer
-    tokens, types, _, _ = model._core.vocab()
+    tokens, types = tok.tokens, tok.token_types
     pad = types.index(5)
     assert tokens[pad].startswith("[PAD") and tok.token_to_piece(pad) == b"" and tok.decode([pad]) == ""
     for bad in (-1, tok.n_vocab):

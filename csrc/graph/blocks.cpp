@@ -1,0 +1,202 @@
+#include "graph/blocks.h"
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include "graph/mhc_ops.h"
+
+namespace glm5next {
+
+namespace {
+
+// Appends a write into a cache view now, so that it runs before any later node reads the cache.
+void write_rows(ggml_context * ctx, ggml_cgraph * gf, ggml_tensor * src, ggml_tensor * cache, int64_t row0) {
+    ggml_tensor * dst = ggml_view_2d(ctx, cache, cache->ne[0], src->ne[1], cache->nb[1], row0 * cache->nb[1]);
+    ggml_build_forward_expand(gf, ggml_cpy(ctx, src, dst));
+}
+
+}  // namespace
+
+ggml_tensor * BlockBuilder::rms(ggml_tensor * x, ggml_tensor * w) const { return ggml_mul(ctx, ggml_rms_norm(ctx, x, hp.rms_eps), w); }
+
+ggml_tensor * BlockBuilder::hc_pre(ggml_tensor * x, ggml_tensor * fn, ggml_tensor * scale, ggml_tensor * base,
+                     ggml_tensor ** post, ggml_tensor ** comb) const {
+    const int64_t hc = hp.hc_mult, n_embd = hp.n_embd;
+    ggml_tensor * flat = ggml_rms_norm(ctx, ggml_reshape_2d(ctx, x, n_embd * hc, T), hp.rms_eps);
+    ggml_tensor * mixes = ggml_mul_mat(ctx, fn, flat);  // [(2+hc)*hc, T]
+    ggml_tensor * gates = hc_gates(ctx, mixes, scale, base, hc, &hp.hc_eps);  // [2*hc, T]: pre, post
+    ggml_tensor * pre = ggml_view_2d(ctx, gates, hc, T, gates->nb[1], 0);
+    *post = ggml_view_2d(ctx, gates, hc, T, gates->nb[1], hc * sizeof(float));
+    *comb = ggml_dsv4_hc_comb(ctx, mixes, scale, base, hp.hc_eps, (int32_t) hp.hc_sinkhorn_iters);
+    return hc_pre_mix(ctx, x, pre);
+}
+
+ggml_tensor * BlockBuilder::swiglu(ggml_tensor * x, ggml_tensor * wg, ggml_tensor * wu, ggml_tensor * wd, float limit) const {
+    ggml_tensor * gate = ggml_mul_mat(ctx, wg, x);
+    ggml_tensor * up = ggml_mul_mat(ctx, wu, x);
+    if (limit > 0.0f) {
+        gate = ggml_clamp(ctx, gate, -INFINITY, limit);
+        up = ggml_clamp(ctx, up, -limit, limit);
+    }
+    return ggml_mul_mat(ctx, wd, ggml_mul(ctx, ggml_silu(ctx, gate), up));
+}
+
+// Routed experts (each read once per ubatch by mul_mat_id) + the shared expert.
+ggml_tensor * BlockBuilder::moe(ggml_tensor * x, const LayerWeights & w, int il) const {
+    const int64_t k = hp.n_expert_used;
+    ggml_tensor * route = moe_route(ctx, ggml_mul_mat(ctx, w.gate_inp, x), w.exp_probs_b, &params.moe);
+    ggml_tensor * ids = ggml_cast(ctx, ggml_cont(ctx, ggml_view_2d(ctx, route, k, T, route->nb[1], 0)), GGML_TYPE_I32);
+    ggml_tensor * wts = ggml_cont(ctx, ggml_view_3d(ctx, route, 1, k, T, sizeof(float), route->nb[1], k * sizeof(float)));
+    ggml_tensor * xe = ggml_reshape_3d(ctx, x, hp.n_embd, 1, T);
+    ggml_tensor * gate = ggml_mul_mat_id(ctx, w.gate_exps, xe, ids);  // [n_ff_exp, k, T]
+    ggml_tensor * up = ggml_mul_mat_id(ctx, w.up_exps, xe, ids);
+    const float limit = hp.swiglu_clamp_exp[il];
+    if (limit > 0.0f) {
+        gate = ggml_clamp(ctx, gate, -INFINITY, limit);
+        up = ggml_clamp(ctx, up, -limit, limit);
+    }
+    ggml_tensor * down = ggml_mul_mat_id(ctx, w.down_exps, ggml_mul(ctx, ggml_silu(ctx, gate), up), ids);
+    down = ggml_mul(ctx, down, wts);  // [n_embd, k, T]
+    ggml_tensor * out = nullptr;
+    for (int64_t i = 0; i < k; ++i) {
+        ggml_tensor * e = ggml_view_2d(ctx, down, hp.n_embd, T, down->nb[2], i * down->nb[1]);
+        out = out ? ggml_add(ctx, out, e) : e;
+    }
+    if (w.gate_shexp == nullptr) {  // n_expert_shared == 0
+        return out;
+    }
+    return ggml_add(ctx, out, swiglu(x, w.gate_shexp, w.up_shexp, w.down_shexp, hp.swiglu_clamp_shexp[il]));
+}
+
+// Causal depthwise conv (kernel K) of one of q/k/v, with its window carried in the cache, then SiLU.
+ggml_tensor * BlockBuilder::conv(ggml_tensor * x, ggml_tensor * proj, ggml_tensor * kernel, ggml_tensor * conv_cache, int part,
+                                 ggml_tensor ** xt_out) const {
+    const int64_t inner = hp.kda_inner(), K = hp.ssm_conv_kernel;
+    ggml_tensor * window = ggml_view_2d(ctx, conv_cache, K - 1, inner, conv_cache->nb[1], part * inner * conv_cache->nb[1]);
+    ggml_tensor * xt = ggml_concat(ctx, window, ggml_transpose(ctx, ggml_mul_mat(ctx, proj, x)), 0);  // [K-1+T, inner]
+    ggml_tensor * tail = ggml_view_2d(ctx, xt, K - 1, inner, xt->nb[1], T * xt->nb[0]);
+    ggml_build_forward_expand(gf, ggml_cpy(ctx, tail, window));
+    *xt_out = xt;
+    ggml_tensor * y = ggml_ssm_conv(ctx, ggml_reshape_3d(ctx, xt, K - 1 + T, inner, 1), ggml_reshape_2d(ctx, kernel, K, inner));
+    return ggml_silu(ctx, ggml_reshape_2d(ctx, y, inner, T));
+}
+
+// KDA (model.md, KDA): gated delta rule per head, state in the cache.
+ggml_tensor * BlockBuilder::kda(ggml_tensor * x, const LayerWeights & w, const LayerCache & c) const {
+    const int64_t d = hp.kda_head_dim, nh = hp.n_head;
+    // q and k are L2-normalized per head as x / sqrt(sum x^2 + 1e-6) == rms_norm(x, 1e-6/d) / sqrt(d)
+    auto l2 = [&](ggml_tensor * t) { return ggml_scale(ctx, ggml_rms_norm(ctx, t, 1e-6f / d), 1.0f / std::sqrt((float) d)); };
+    KdaSnapshots snap;
+    snap.cache = &c;
+    ggml_tensor * q = l2(ggml_reshape_4d(ctx, conv(x, w.wq, w.conv_q, c.conv, 0, &snap.xt[0]), d, nh, T, 1));
+    ggml_tensor * k = l2(ggml_reshape_4d(ctx, conv(x, w.wk, w.conv_k, c.conv, 1, &snap.xt[1]), d, nh, T, 1));
+    ggml_tensor * v = ggml_reshape_4d(ctx, conv(x, w.wv, w.conv_v, c.conv, 2, &snap.xt[2]), d, nh, T, 1);
+
+    ggml_tensor * f = ggml_add(ctx, ggml_mul_mat(ctx, w.ssm_f_b, ggml_mul_mat(ctx, w.ssm_f_a, x)), w.ssm_dt_b);
+    f = ggml_reshape_4d(ctx, f, d, nh, T, 1);
+    ggml_tensor * neg_a = ggml_reshape_4d(ctx, w.ssm_a, 1, nh, 1, 1);  // -exp(A_log)
+    ggml_tensor * gate;
+    if (hp.has_kda_lower_bound) {  // lower_bound * sigmoid(exp(A_log) * f)
+        gate = ggml_scale(ctx, ggml_sigmoid(ctx, ggml_scale(ctx, ggml_mul(ctx, f, neg_a), -1.0f)), hp.kda_lower_bound);
+    } else {                       // -exp(A_log) * softplus(f)
+        gate = ggml_mul(ctx, ggml_softplus(ctx, f), neg_a);
+    }
+    ggml_tensor * beta = ggml_reshape_4d(ctx, ggml_sigmoid(ctx, ggml_mul_mat(ctx, w.ssm_beta, x)), 1, nh, T, 1);
+    ggml_tensor * state = ggml_reshape_4d(ctx, c.state, d, d, nh, 1);
+
+    ggml_tensor * packed = ggml_gated_delta_net(ctx, q, k, v, gate, beta, state, snapshots ? T : 1);
+    if (snapshots) {
+        snap.packed = packed;
+        for (ggml_tensor * t : {snap.packed, snap.xt[0], snap.xt[1], snap.xt[2]}) ggml_set_output(t);
+        snapshots->push_back(snap);
+    }
+    ggml_tensor * o = ggml_view_3d(ctx, packed, d, nh, T, d * sizeof(float), d * nh * sizeof(float), 0);
+    ggml_tensor * new_state = ggml_view_1d(ctx, packed, d * d * nh, d * nh * T * sizeof(float));
+    ggml_build_forward_expand(gf, ggml_cpy(ctx, new_state, ggml_reshape_1d(ctx, c.state, d * d * nh)));
+
+    ggml_tensor * og = ggml_reshape_3d(ctx, ggml_mul_mat(ctx, w.ssm_g_b, ggml_mul_mat(ctx, w.ssm_g_a, x)), d, nh, T);
+    o = ggml_mul(ctx, ggml_mul(ctx, ggml_rms_norm(ctx, ggml_cont(ctx, o), hp.rms_eps), w.ssm_norm), ggml_sigmoid(ctx, og));
+    return ggml_mul_mat(ctx, w.wo, ggml_reshape_2d(ctx, o, d * nh, T));
+}
+
+// The kpool indexer (model.md, Indexer): caches key/gate rows and the pooled key of every pool completed by
+// this ubatch, scores all complete pools, returns the chosen pools i32 [n_top_pool, T].
+ggml_tensor * BlockBuilder::indexer(ggml_tensor * x, ggml_tensor * qr, const LayerWeights & w, const LayerCache & c) const {
+    const int64_t idim = hp.idx_head_dim, ih = hp.idx_n_head, kpool = hp.idx_kpool;
+    ggml_tensor * ik = ggml_norm(ctx, ggml_mul_mat(ctx, w.idx_k, x), hp.ln_eps);
+    ik = ggml_add(ctx, ggml_mul(ctx, ik, w.idx_k_norm), w.idx_k_norm_b);
+    write_rows(ctx, gf, ik, c.idx_k, n_past);
+    write_rows(ctx, gf, ggml_mul_mat(ctx, w.idx_gate, x), c.idx_g, n_past);
+
+    const int64_t pool0 = n_past / kpool, pool1 = (n_past + T) / kpool;
+    if (pool1 > pool0) {
+        const int64_t n_new = pool1 - pool0;
+        auto members = [&](ggml_tensor * rows) {  // the pools' rows as [idim, kpool, n_new]
+            return ggml_view_3d(ctx, rows, idim, kpool, n_new, rows->nb[1], kpool * rows->nb[1],
+                                pool0 * kpool * rows->nb[1]);
+        };
+        ggml_tensor * logits = ggml_add(ctx, ggml_cont(ctx, members(c.idx_g)), w.idx_ape);
+        ggml_tensor * probs = ggml_soft_max(ctx, ggml_cont(ctx, ggml_permute(ctx, logits, 1, 0, 2, 3)));
+        ggml_tensor * keys = ggml_cont(ctx, ggml_permute(ctx, members(c.idx_k), 1, 0, 2, 3));
+        ggml_tensor * pooled = ggml_reshape_2d(ctx, ggml_sum_rows(ctx, ggml_mul(ctx, probs, keys)), idim, n_new);
+        write_rows(ctx, gf, pooled, c.pooled, pool0);
+    }
+    const int64_t n_pool = std::max<int64_t>(1, pool1);  // pool 0 unwritten when pool1 == 0: never a candidate
+    ggml_tensor * pooled = ggml_view_2d(ctx, c.pooled, idim, n_pool, c.pooled->nb[1], 0);
+
+    ggml_tensor * iq = ggml_reshape_3d(ctx, ggml_mul_mat(ctx, w.idx_q_b, qr), idim, ih, T);
+    ggml_tensor * kq = ggml_mul_mat(ctx, pooled, ggml_permute(ctx, iq, 0, 2, 1, 3));  // [n_pool, T, ih]
+    kq = ggml_relu(ctx, ggml_scale(ctx, kq, 1.0f / std::sqrt((float) idim)));
+    kq = ggml_cont(ctx, ggml_permute(ctx, kq, 1, 2, 0, 3));                        // [ih, n_pool, T]
+    ggml_tensor * wts = ggml_scale(ctx, ggml_mul_mat(ctx, w.idx_proj, x), 1.0f / std::sqrt((float) ih));
+    ggml_tensor * scores = ggml_mul_mat(ctx, kq, ggml_reshape_3d(ctx, wts, ih, 1, T));  // [n_pool, 1, T]
+    return kpool_top_k(ctx, ggml_reshape_2d(ctx, scores, n_pool, T), &params.kpool);
+}
+
+// Sparse MLA over the latent (model.md, DSA), W_kb absorbed into the query and W_vb applied after.
+ggml_tensor * BlockBuilder::dsa(ggml_tensor * x, const LayerWeights & w, const LayerCache & c, bool run_indexer,
+                                Selection & sel) const {
+    const int64_t nope = hp.head_k_mla, nh = hp.n_head, kvr = hp.kv_lora_rank, n_kv = n_past + T;
+    ggml_tensor * qr = rms(ggml_mul_mat(ctx, w.wq_a, x), w.q_a_norm);
+    ggml_tensor * q = ggml_reshape_3d(ctx, ggml_mul_mat(ctx, w.wq_b, qr), nope, nh, T);
+    write_rows(ctx, gf, rms(ggml_mul_mat(ctx, w.wkv_a, x), w.kv_a_norm), c.latent, n_past);
+    if (run_indexer) {
+        sel = Selection{indexer(x, qr, w, c), &params.kpool};
+    } else if (sel.pools == nullptr) {
+        throw std::logic_error("a DSA layer without an indexer needs a selection to reuse");
+    }
+
+    ggml_tensor * q_abs = ggml_mul_mat(ctx, w.wk_b, ggml_permute(ctx, q, 0, 2, 1, 3));  // [kvr, T, nh]
+    ggml_tensor * o;
+    if (T <= kGatherMaxRows) {
+        if (sel.rows == nullptr) {
+            sel.rows = kpool_rows(ctx, sel.pools, sel.at);
+            sel.rows_mask = kpool_rows_mask(ctx, sel.pools, sel.at);
+        }
+        const int64_t n_sel = sel.rows->ne[0];
+        ggml_tensor * latent = ggml_view_2d(ctx, c.latent, kvr, n_kv, c.latent->nb[1], 0);
+        ggml_tensor * k = ggml_get_rows(ctx, latent, ggml_reshape_1d(ctx, sel.rows, n_sel * T));
+        k = ggml_reshape_4d(ctx, k, kvr, n_sel, 1, T);
+        ggml_tensor * kq = ggml_mul_mat(ctx, k, ggml_permute(ctx, q_abs, 0, 3, 2, 1));     // [n_sel, 1, nh, T]
+        kq = ggml_soft_max_ext(ctx, kq, sel.rows_mask, 1.0f / std::sqrt((float) nope), 0.0f);
+        ggml_tensor * kqv = ggml_mul_mat(ctx, ggml_cont(ctx, ggml_transpose(ctx, k)), kq);  // [kvr, 1, nh, T]
+        o = ggml_mul_mat(ctx, w.wv_b, kqv);                                                 // [v, 1, nh, T]
+    } else {
+        if (sel.mask == nullptr) {
+            sel.mask = kpool_mask(ctx, sel.pools, n_kv, sel.at);
+        }
+        ggml_tensor * latent = ggml_view_2d(ctx, c.latent, kvr, n_kv, c.latent->nb[1], 0);
+        ggml_tensor * kq = ggml_mul_mat(ctx, latent, q_abs);                                 // [n_kv, T, nh]
+        kq = ggml_soft_max_ext(ctx, kq, sel.mask, 1.0f / std::sqrt((float) nope), 0.0f);
+        ggml_tensor * kqv = ggml_mul_mat(ctx, ggml_cont(ctx, ggml_transpose(ctx, latent)), kq);  // [kvr, T, nh]
+        o = ggml_permute(ctx, ggml_mul_mat(ctx, w.wv_b, kqv), 0, 2, 1, 3);                      // [v, nh, T]
+    }
+    o = ggml_reshape_2d(ctx, ggml_cont(ctx, o), hp.head_v_mla * nh, T);
+    if (row_scale) {
+        o = ggml_mul(ctx, o, row_scale);
+    }
+    return ggml_mul_mat(ctx, w.wo, o);
+}
+
+}  // namespace glm5next

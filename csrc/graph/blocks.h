@@ -1,0 +1,80 @@
+// The blocks glm5next graphs are made of (model.md): mHC pre/post, KDA, DSA sparse MLA with the kpool indexer,
+// dense and MoE SwiGLU FFN. The trunk graph (trunk.cpp) and the NextN draft head (draft_head.cpp) share them.
+#pragma once
+
+#include <vector>
+
+#include "ggml.h"
+#include "graph/layer_cache.h"
+#include "graph/select_ops.h"
+#include "model/hparams.h"
+#include "model/layer_weights.h"
+
+namespace glm5next {
+
+// What the custom ops of one graph point to; must stay alive (and not move) until the graph is computed.
+struct GraphParams {
+    KpoolParams kpool;       // the ubatch's own rows
+    KpoolParams kpool_saved; // a reused selection's row (the draft head's step 0, for index sharing)
+    MoeRouteParams moe;
+};
+
+// A DSA layer's choice of keys: the chosen pools i32 [n_top_pool, n_rows] of the rows `at` describes, and what
+// attention needs of them (built on first use, so a "shared" layer reuses them): for a large ubatch the mask
+// f32 [n_kv, n_rows] over all cached rows; for a small one the gathered row indices and their mask.
+struct Selection {
+    ggml_tensor * pools = nullptr;
+    const KpoolParams * at = nullptr;
+    ggml_tensor * mask = nullptr;
+    ggml_tensor * rows = nullptr;
+    ggml_tensor * rows_mask = nullptr;
+};
+
+// Up to this many rows per ubatch, attention gathers each row's selected keys (cost ~ index_topk per row); above
+// it, one masked pass over every cached row serves all rows at once.
+constexpr int64_t kGatherMaxRows = 16;
+
+// Nodes a glm5next graph (trunk or draft head) needs at most, for sizing the context and the graph.
+inline size_t graph_size(const HParams & hp) { return 2048 + 384 * (size_t) hp.n_layer_all; }
+
+class BlockBuilder {
+public:
+    // `n_rows` rows at positions n_past..n_past+n_rows-1; `row_scale` f32 [1, n_rows] zeroes rows that select no
+    // key (nullptr when kpool_select_tail guarantees one).
+    BlockBuilder(ggml_context * ctx, ggml_cgraph * gf, const HParams & hp, GraphParams & params, int64_t n_rows,
+                 int64_t n_past, ggml_tensor * row_scale)
+        : ctx(ctx), gf(gf), hp(hp), params(params), T(n_rows), n_past(n_past), row_scale(row_scale) {}
+
+    // Keep per-row KDA snapshots in `out` (verify passes).
+    void keep_snapshots(std::vector<KdaSnapshots> * out) { snapshots = out; }
+
+    ggml_tensor * rms(ggml_tensor * x, ggml_tensor * w) const;
+
+    // mHC pre (model.md step 1): the block input [n_embd, T]; post [hc, T] and comb [hc, hc, T] for ggml_dsv4_hc_post.
+    ggml_tensor * hc_pre(ggml_tensor * x, ggml_tensor * fn, ggml_tensor * scale, ggml_tensor * base,
+                         ggml_tensor ** post, ggml_tensor ** comb) const;
+
+    ggml_tensor * swiglu(ggml_tensor * x, ggml_tensor * wg, ggml_tensor * wu, ggml_tensor * wd, float limit) const;
+    ggml_tensor * moe(ggml_tensor * x, const LayerWeights & w, int il) const;
+    ggml_tensor * kda(ggml_tensor * x, const LayerWeights & w, const LayerCache & c) const;
+
+    // Sparse MLA. With `run_indexer` the layer's own indexer fills `sel`; otherwise `sel` is attended as given.
+    ggml_tensor * dsa(ggml_tensor * x, const LayerWeights & w, const LayerCache & c, bool run_indexer,
+                      Selection & sel) const;
+
+private:
+    ggml_tensor * conv(ggml_tensor * x, ggml_tensor * proj, ggml_tensor * kernel, ggml_tensor * conv_cache, int part,
+                       ggml_tensor ** xt_out) const;
+    ggml_tensor * indexer(ggml_tensor * x, ggml_tensor * qr, const LayerWeights & w, const LayerCache & c) const;
+
+    ggml_context * ctx;
+    ggml_cgraph * gf;
+    const HParams & hp;
+    GraphParams & params;
+    int64_t T;
+    int64_t n_past;
+    ggml_tensor * row_scale;
+    std::vector<KdaSnapshots> * snapshots = nullptr;
+};
+
+}  // namespace glm5next

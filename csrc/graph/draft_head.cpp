@@ -1,0 +1,57 @@
+#include "graph/draft_head.h"
+
+
+namespace glm5next {
+
+void build_draft_graph(DraftGraph & g, ggml_context * ctx, const Model & model, const LayerWeights & w,
+                       const CacheView & cache, int64_t n_rows, int64_t saved_p0) {
+    const HParams & hp = model.hp;
+    const uint32_t il = hp.n_trunk();
+    const bool shared = saved_p0 >= 0;
+    const int64_t pos0 = cache.n_past;
+    g.gf = ggml_new_graph_custom(ctx, graph_size(model.hp), false);
+    g.params.kpool = {pos0, hp.idx_kpool, hp.idx_top_k / hp.idx_kpool, hp.idx_select_tail};
+    g.params.kpool_saved = {saved_p0, hp.idx_kpool, hp.idx_top_k / hp.idx_kpool, hp.idx_select_tail};
+    g.params.moe = {hp.n_expert_used, hp.n_expert_groups, hp.n_group_used, hp.expert_weights_norm, hp.expert_weights_scale};
+
+    g.inp_hidden.emplace(ctx, hp.n_embd, n_rows);
+    g.inp_tokens.emplace(ctx, n_rows);
+    g.inp_row_scale.emplace(ctx, hp, n_rows);
+    BlockBuilder b(ctx, g.gf, hp, g.params, n_rows, pos0, g.inp_row_scale->t);
+
+    // u = eh_proj [RMSNorm_e(E[x_{p+1}]); RMSNorm_h(h_p)], embedding half first
+    ggml_tensor * embd = ggml_get_rows(ctx, w.nextn_embd ? w.nextn_embd : model.tok_embd, g.inp_tokens->t);
+    ggml_tensor * eh = ggml_concat(ctx, b.rms(embd, w.enorm), b.rms(g.inp_hidden->t, w.hnorm), 0);
+    ggml_tensor * u = ggml_mul_mat(ctx, w.eh_proj, eh);
+
+    Selection sel;
+    if (shared) {
+        g.inp_saved_pools.emplace(ctx, g.params.kpool.n_top_pool);
+        sel = Selection{g.inp_saved_pools->t, &g.params.kpool_saved};
+    }
+    ggml_tensor * a = ggml_add(ctx, u, b.dsa(b.rms(u, w.attn_norm), w, cache.layer(il), !shared, sel));
+    ggml_tensor * o = ggml_add(ctx, a, b.moe(b.rms(a, w.ffn_norm), w, (int) il));
+    ggml_tensor * last = ggml_view_2d(ctx, o, hp.n_embd, 1, o->nb[1], (n_rows - 1) * o->nb[1]);
+    g.z = b.rms(last, w.shared_head_norm);
+    g.logits = ggml_mul_mat(ctx, w.nextn_head ? w.nextn_head : model.output, g.z);
+    ggml_set_name(g.z, "draft_z");
+    ggml_set_name(g.logits, "draft_logits");
+    ggml_set_output(g.z);
+    ggml_set_output(g.logits);
+    ggml_build_forward_expand(g.gf, g.logits);
+    if (!shared) {
+        g.pools = sel.pools;
+        ggml_set_name(g.pools, "draft_pools");
+        ggml_set_output(g.pools);
+        ggml_build_forward_expand(g.gf, g.pools);
+    }
+}
+
+void DraftGraph::set_inputs(const float * hidden, const int32_t * tokens, const int32_t * saved_pools) const {
+    inp_hidden->set_input(hidden);
+    inp_tokens->set_input(tokens);
+    if (inp_saved_pools) inp_saved_pools->set_input(saved_pools);
+    inp_row_scale->set_input(inp_saved_pools ? params.kpool_saved : params.kpool);
+}
+
+}  // namespace glm5next

@@ -1,0 +1,37 @@
+// The NextN (MTP) draft head as a ggml graph (model.md, NextN draft head): rows (h_p, x_{p+1}) through
+// eh_proj, one DSA layer with its own kpool indexer, one MoE, the shared-head norm and the trunk's lm_head.
+// Its caches hold the NextN layer only.
+#pragma once
+
+#include <optional>
+
+#include "graph/blocks.h"
+#include "graph/inputs.h"
+#include "graph/layer_cache.h"
+#include "model/model.h"
+
+namespace glm5next {
+
+struct DraftGraph {
+    ggml_cgraph * gf = nullptr;
+    std::optional<InputHidden> inp_hidden;          // h_p (trunk post-norm) or z of the step before
+    std::optional<InputTokens> inp_tokens;          // x_{p+1}
+    std::optional<InputSavedPools> inp_saved_pools; // step 0's pools, when this step reuses them
+    std::optional<InputRowScale> inp_row_scale;
+    ggml_tensor * logits = nullptr;           // f32 [n_vocab, 1]: the last row
+    ggml_tensor * z = nullptr;                // f32 [n_embd, 1]: the last row's post-shared-norm output
+    ggml_tensor * pools = nullptr;            // i32 [n_top_pool, n_rows]: the chosen pools
+    GraphParams params;
+
+    // Fills the inputs once the graph is allocated: hidden [n_rows, n_embd] row-major, tokens [n_rows], and
+    // saved_pools [n_top_pool] when the graph reuses a selection (ignored otherwise).
+    void set_inputs(const float * hidden, const int32_t * tokens, const int32_t * saved_pools) const;
+};
+
+// Rows at positions cache.n_past .. cache.n_past+n_rows-1 of the draft cache. saved_p0 < 0: each row runs the head's indexer;
+// saved_p0 >= 0 (n_rows must be 1): the row attends exactly the selection that row saved_p0 made (index sharing).
+// `w` is the NextN layer's weights (as stored or requantized, see DraftWeights).
+void build_draft_graph(DraftGraph & g, ggml_context * ctx, const Model & model, const LayerWeights & w,
+                       const CacheView & cache, int64_t n_rows, int64_t saved_p0);
+
+}  // namespace glm5next

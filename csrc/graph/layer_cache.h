@@ -1,0 +1,43 @@
+// What the graphs read and append of a sequence's caches (runtime.md, Engine), one LayerCache per layer:
+//   KDA layers: conv window (the last K-1 pre-conv q|k|v rows) and the recurrent state per head;
+//   DSA layers: the normalized MLA latent per row; full indexer layers also the indexer key and pool gate per
+//   row and one pooled key per complete pool (pools anchored at row 0).
+// Row p of every cache holds position p of the sequence. The tensors are owned by runtime/seq_cache.h.
+#pragma once
+
+#include <cstdint>
+
+#include "ggml.h"
+
+namespace glm5next {
+
+struct LayerCache {
+    ggml_tensor * conv = nullptr;    // KDA: f32 [K-1, 3*inner] (ggml_ssm_conv's state layout)
+    ggml_tensor * state = nullptr;   // KDA: f32 [d, d, n_head] (ggml_gated_delta_net's layout, S transposed)
+    ggml_tensor * latent = nullptr;  // DSA: f32 [kv_lora_rank, n_ctx]
+    ggml_tensor * idx_k = nullptr;   // full indexer: f32 [idx_head_dim, n_ctx] (after k_norm)
+    ggml_tensor * idx_g = nullptr;   // full indexer: f32 [idx_head_dim, n_ctx] (compress gate scores)
+    ggml_tensor * pooled = nullptr;  // full indexer: f32 [idx_head_dim, n_ctx / kpool]
+};
+
+// The caches one graph works on: layers [first_layer, first_layer + n_layers), n_past rows already written.
+struct CacheView {
+    const LayerCache * layers = nullptr;
+    uint32_t first_layer = 0;
+    uint32_t n_layers = 0;
+    int64_t n_past = 0;
+
+    const LayerCache & layer(uint32_t il) const { return layers[il - first_layer]; }
+};
+
+// What a verify pass leaves of one KDA layer so that any prefix of its rows can be kept without replay: the
+// recurrent state after every row and the pre-conv rows from which any row's conv window is cut. The tensors are
+// graph outputs, valid until the next graph is allocated; the sequence cache rolls back from them
+// (SeqCache::commit).
+struct KdaSnapshots {
+    const LayerCache * cache = nullptr;
+    ggml_tensor * packed = nullptr;  // ggml_gated_delta_net output: outputs, then one state per row (slot s = s rows back)
+    ggml_tensor * xt[3] = {nullptr, nullptr, nullptr};  // q|k|v pre-conv rows [K-1+T, inner], the old window first
+};
+
+}  // namespace glm5next

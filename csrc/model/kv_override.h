@@ -1,0 +1,29 @@
+// --override-kv (llama.cpp's KEY=TYPE:VALUE): parsing and application to a gguf_context.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "gguf.h"
+#include "model/error.h"
+
+namespace glm5next {
+
+// One override of a metadata key, llama.cpp's --override-kv KEY=TYPE:VALUE (TYPE: int, float, bool, str).
+struct KvOverride {
+    std::string key;   // either arch prefix is accepted ("glm5next." / "glm5-next.")
+    std::string type;  // "int" | "float" | "bool" | "str"
+    std::string value;
+};
+
+// Parses one "KEY=TYPE:VALUE" string. Throws ModelError on bad syntax.
+KvOverride parse_kv_override(const std::string & spec);
+
+// Applies `overrides` in order to `ctx`, before anything reads it. A key written with either arch prefix
+// is mapped to the file's own (the arch a general.architecture override sets, else the file's). An int
+// override of an existing integer key keeps that key's type (range-checked), a float override of an f32/f64 key
+// keeps its type; new keys become i64 / f32 / bool / str. Throws ModelError naming `path` and the override when
+// the value does not parse, does not fit, or the stored key has another kind (str, bool, array, ...).
+void apply_kv_overrides(gguf_context * ctx, const std::vector<KvOverride> & overrides, const std::string & path);
+
+}  // namespace glm5next

@@ -1,0 +1,222 @@
+// Python bindings of the engine: _core.Engine (trunk, verify/commit, draft-head rows) and _core.DraftChain.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <optional>
+#include <stdexcept>
+
+#include "graph/select_ops.h"
+#include "model/draft_weights.h"
+#include "runtime/draft_chain.h"
+#include "runtime/engine.h"
+
+namespace py = pybind11;
+
+namespace glm5next {
+
+namespace {
+
+py::array_t<float> to_array(std::vector<float> && v, int64_t rows, int64_t cols) {
+    auto * heap = new std::vector<float>(std::move(v));
+    py::capsule owner(heap, [](void * p) { delete static_cast<std::vector<float> *>(p); });
+    return py::array_t<float>({rows, cols}, heap->data(), owner);
+}
+
+py::dict eval(Engine & e, const std::vector<int32_t> & tokens, bool logits_all) {
+    EvalOutput out;
+    {
+        py::gil_scoped_release release;
+        out = e.eval(tokens, logits_all);
+    }
+    const int64_t k = out.pools.empty() ? 0 : (int64_t) out.pools[0].size() / out.n_tokens;
+    py::dict pools;
+    for (size_t i = 0; i < out.dsa_layers.size(); ++i) {
+        py::array_t<int32_t> a({out.n_tokens, k});
+        std::copy(out.pools[i].begin(), out.pools[i].end(), a.mutable_data());
+        pools[py::int_(out.dsa_layers[i])] = a;
+    }
+    py::dict d;
+    d["logits"] = to_array(std::move(out.logits), out.n_logit_rows, e.n_vocab());
+    d["hidden"] = to_array(std::move(out.hidden), out.n_tokens, e.n_embd());
+    d["pools"] = pools;
+    return d;
+}
+
+py::dict verify(Engine & e, const std::vector<int32_t> & tokens) {
+    EvalOutput out;
+    {
+        py::gil_scoped_release release;
+        e.verify(tokens, out);
+    }
+    py::dict d;
+    d["logits"] = to_array(std::move(out.logits), out.n_logit_rows, e.n_vocab());
+    d["hidden"] = to_array(std::move(out.hidden), out.n_tokens, e.n_embd());
+    return d;
+}
+
+// Copies of a KDA layer's caches: "conv" float32 [3*inner, K-1] (q|k|v pre-conv window), "state" [n_head, d, d].
+py::dict kda_state(const Engine & e, uint32_t il) {
+    const LayerCache & c = e.cache().layer(il);
+    if (c.state == nullptr) throw std::invalid_argument("layer " + std::to_string(il) + " is not a KDA layer");
+    py::array_t<float> conv({c.conv->ne[1], c.conv->ne[0]});
+    py::array_t<float> state({c.state->ne[2], c.state->ne[1], c.state->ne[0]});
+    ggml_backend_tensor_get(c.conv, conv.mutable_data(), 0, ggml_nbytes(c.conv));
+    ggml_backend_tensor_get(c.state, state.mutable_data(), 0, ggml_nbytes(c.state));
+    py::dict d;
+    d["conv"] = conv;
+    d["state"] = state;
+    return d;
+}
+
+py::dict draft_output(const DraftOutput & out) {
+    py::dict d;
+    d["logits"] = py::array_t<float>((py::ssize_t) out.logits.size(), out.logits.data());
+    d["z"] = py::array_t<float>((py::ssize_t) out.z.size(), out.z.data());
+    d["pools"] = py::array_t<int32_t>((py::ssize_t) out.pools.size(), out.pools.data());
+    return d;
+}
+
+using f32_rows = py::array_t<float, py::array::c_style | py::array::forcecast>;
+
+void check_rows(const Engine & e, const f32_rows & hidden, int64_t n) {
+    if (hidden.ndim() != 2 || hidden.shape(0) != n || hidden.shape(1) != e.n_embd()) {
+        throw std::invalid_argument("hidden must be float32 [len(next_tokens), n_embd]");
+    }
+}
+
+py::dict draft_rows(Engine & e, const f32_rows & hidden, const std::vector<int32_t> & next_tokens, int64_t pos0,
+                    const std::optional<std::vector<int32_t>> & saved_pools, int64_t saved_p0) {
+    const int64_t n = (int64_t) next_tokens.size();
+    check_rows(e, hidden, n);
+    if (saved_pools && (int64_t) saved_pools->size() != e.n_top_pool()) {
+        throw std::invalid_argument("draft_rows: saved_pools must hold index_topk / kpool entries");
+    }
+    DraftOutput out;
+    {
+        py::gil_scoped_release release;
+        e.draft_rows(hidden.data(), next_tokens.data(), n, pos0, saved_pools ? saved_pools->data() : nullptr, saved_p0,
+                     out);
+    }
+    return draft_output(out);
+}
+
+// A DraftChain with the engine it drafts on (kept alive by keep_alive in the binding).
+struct PyDraftChain {
+    Engine & engine;
+    DraftChain chain;
+    PyDraftChain(Engine & e, bool share) : engine(e), chain(e, share) {}
+
+    py::dict begin(const f32_rows & hidden, const std::vector<int32_t> & next_tokens, int64_t pos0) {
+        const int64_t n = (int64_t) next_tokens.size();
+        check_rows(engine, hidden, n);
+        py::gil_scoped_release release;
+        const DraftOutput & out = chain.begin(hidden.data(), next_tokens.data(), n, pos0);
+        py::gil_scoped_acquire acquire;
+        return draft_output(out);
+    }
+
+    py::dict next(int32_t drafted) {
+        py::gil_scoped_release release;
+        const DraftOutput & out = chain.next(drafted);
+        py::gil_scoped_acquire acquire;
+        return draft_output(out);
+    }
+};
+
+}  // namespace
+
+}  // namespace glm5next
+
+using glm5next::Engine;
+using glm5next::EngineParams;
+using glm5next::Model;
+
+void bind_engine(py::module_ & mod) {
+    mod.def("selected_rows", [](const std::vector<int32_t> & pools, int64_t pos, int64_t kpool, bool select_tail) {
+                if (pos < 0 || kpool < 1) throw std::invalid_argument("selected_rows: pos >= 0 and kpool >= 1");
+                const glm5next::KpoolParams p{pos, kpool, (int64_t) pools.size(), select_tail};
+                std::vector<int32_t> rows(pools.size() * kpool + kpool - 1);
+                rows.resize(glm5next::selected_rows(p, pools.data(), (int64_t) pools.size(), 0, rows.data()));
+                return rows;
+            },
+            py::arg("pools"), py::arg("pos"), py::arg("kpool"), py::arg("select_tail"),
+            "The key positions a row at `pos` attends, ascending, given its chosen pools (list of ids, -1 = none): "
+            "the graph's own rule (csrc/graph/select_ops.h). Raises ValueError for pos < 0 or kpool < 1.");
+    py::class_<Engine>(mod, "Engine", R"doc(The trunk of one sequence: caches sized for n_ctx rows, evaluated in ubatches.)doc")
+        .def(py::init([](const Model & model, uint32_t n_ctx, uint32_t n_batch, int n_threads,
+                         const std::string & draft_type, const Model * draft_model) {
+                 if (model.draft_only) {
+                     throw std::invalid_argument(model.path + ": a draft-only (--mtp-only) file has no trunk to run");
+                 }
+                 if (n_ctx == 0) throw std::invalid_argument("n_ctx must be >= 1");
+                 return new Engine(model, EngineParams{n_ctx, n_batch, n_threads, glm5next::draft_type_from_name(draft_type)},
+                                   draft_model);
+             }),
+             py::arg("model"), py::arg("n_ctx") = 4096, py::arg("n_batch") = 512, py::arg("n_threads") = 0,
+             py::arg("draft_type") = "auto", py::arg("draft_model") = nullptr, py::keep_alive<1, 2>(),
+             py::keep_alive<1, 7>(),
+             "Engine(model: _core.Model, n_ctx: int, n_batch: int, n_threads: int = 0 (all cores), draft_type: str "
+             "= 'auto' (the draft layer as stored) | 'q8_0' | 'q4_0' (requantized at load), draft_model: _core.Model | "
+             "None (a separate --mtp-only file with the NextN layer)).\n"
+             "Raises ValueError for a draft-only file as model, n_ctx / n_batch of 0, a bad draft_type, or a draft "
+             "file that does not fit the model.")
+        .def("eval", &glm5next::eval, py::arg("tokens"), py::arg("logits_all") = false,
+             R"doc(Append `tokens` (list of ids) to the sequence and run the trunk over them.
+
+Returns a dict: "logits" float32 [n_tokens or 1, n_vocab], "hidden" float32 [n_tokens, n_embd] (post-norm),
+"pools" {DSA layer: int32 [n_tokens, index_topk / kpool]} the chosen indexer pools per row (-1 = none; shared
+layers report the full layer's choice they reuse).
+Raises ValueError for no tokens, an id outside the vocabulary, or more tokens than the context has left.)doc")
+        .def("draft_rows", &glm5next::draft_rows, py::arg("hidden"), py::arg("next_tokens"), py::arg("pos0"),
+             py::arg("saved_pools") = py::none(), py::arg("saved_p0") = -1,
+             R"doc(Write NextN draft rows (hidden[i], next_tokens[i]) at positions pos0.. of the draft cache.
+
+hidden: float32 [n, n_embd] (trunk post-norm states, or the previous step's z); next_tokens: n ids x_{p+1}.
+saved_pools (with saved_p0 < pos0, n == 1): attend exactly the selection row saved_p0 made (index sharing).
+Returns a dict for the last row: "logits" float32 [n_vocab], "z" float32 [n_embd], "pools" int32 [index_topk/kpool].
+Raises ValueError without a NextN layer, for a gap after the rows written, or past n_ctx.)doc")
+        .def("verify", &glm5next::verify, py::arg("tokens"),
+             R"doc(The verify pass of a draft-MTP round over `tokens` (one ubatch), as provisional rows. Returns
+"logits" float32 [n, n_vocab] and "hidden" float32 [n, n_embd] of every row. commit(n_keep) must follow before
+anything else runs on the engine. Raises ValueError for rows that do not fit one ubatch or the context.)doc")
+        .def("commit", &Engine::commit, py::arg("n_keep"), py::call_guard<py::gil_scoped_release>(),
+             R"doc(Keep the first n_keep rows of the pending verify pass (1 <= n_keep <= its rows): KDA states and
+conv windows roll back to row n_keep-1's snapshot, later attention rows are dropped. Raises RuntimeError without
+a pending verify pass or for n_keep out of range.)doc")
+        .def("kda_state", &glm5next::kda_state, py::arg("layer"),
+             "Copies of KDA layer `layer`'s caches: conv float32 [3*inner, K-1], state float32 [n_head, d, d].")
+        .def_property_readonly("has_draft_head", &Engine::has_draft_head)
+        .def_property_readonly("n_splits", &Engine::n_splits,
+                               "Graph splits of the last graph run (1: every op ran on one device).")
+        .def_property_readonly("draft_requantized", [](const Engine & e) {
+                std::map<std::string, std::string> out;
+                if (e.draft_weights()) {
+                    for (const auto & [name, type] : e.draft_weights()->requantized()) out[name] = ggml_type_name(type);
+                }
+                return out;
+            },
+            "The draft layer's tensors requantized at load (draft_type q8_0 / q4_0): GGUF name -> ggml type name.")
+        .def("reset", &Engine::reset, "Forget the sequence (caches cleared, n_past = 0).")
+        .def_property_readonly("n_past", &Engine::n_past, "Tokens in the sequence.")
+        .def_property_readonly("tokens", &Engine::tokens, "The sequence's tokens (one per trunk row), a copy.");
+
+    py::class_<glm5next::PyDraftChain>(mod, "DraftChain", R"doc(The NextN draft steps of one round (runtime.md,
+draft-MTP round, step 1): begin() writes the draft-head rows up to step 0; each next(token) is the following
+step on (z of the step before, token). With share=True steps >= 1 attend exactly step 0's selection (index
+sharing); with share=False each runs the head's own indexer. The caller picks the tokens.)doc")
+        .def(py::init<Engine &, bool>(), py::arg("engine"), py::arg("share"), py::keep_alive<1, 2>(),
+             "Raises ValueError when the engine has no draft head.")
+        .def("begin", &glm5next::PyDraftChain::begin, py::arg("hidden"), py::arg("next_tokens"), py::arg("pos0"),
+             R"doc(Step 0: write rows (hidden[i], next_tokens[i]) at positions pos0.. of the draft cache (hidden
+float32 [n, n_embd], trunk post-norm states; the last row is step 0). Returns "logits" float32 [n_vocab], "z"
+float32 [n_embd], "pools" int32 [index_topk / kpool] of step 0.)doc")
+        .def("next", &glm5next::PyDraftChain::next, py::arg("token"),
+             "The next step on (z of the step before, token); returns its logits, z and pools (the saved ones when "
+             "it reuses step 0's selection). Raises RuntimeError before begin().")
+        .def_property_readonly("step", [](const glm5next::PyDraftChain & c) { return c.chain.step(); },
+                               "The step whose output is current (0 after begin).")
+        .def_property_readonly("selection_pos", [](const glm5next::PyDraftChain & c) { return c.chain.selection_pos(); },
+                               "The position whose selection the current step attends: p0 for shared steps, else "
+                               "its own row.");
+}

@@ -1,0 +1,42 @@
+// The chain of NextN draft steps of one round (runtime.md, draft-MTP round, step 1; model.md, NextN draft head
+// and index_share_for_mtp_iteration): step 0 is the row (h_p0, x_{p0+1}) at p0, written together with the rows
+// still pending before it; step k >= 1 is the row (z_{k-1}, d_{k-1}) at p0 + k, which attends exactly step 0's
+// selection S(p0) with index sharing, or runs the head's own indexer without it. The caller picks each drafted
+// token d_k from the step's output (greedy, sampled, or by a test) and hands it to next().
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "runtime/engine.h"
+
+namespace glm5next {
+
+class DraftChain {
+public:
+    // Throws std::invalid_argument when the engine has no draft head.
+    DraftChain(Engine & engine, bool share);
+
+    // Step 0: writes the draft-head rows (hidden[i], next_tokens[i]) at positions pos0 .. pos0 + n - 1 (hidden:
+    // [n, n_embd] row-major, trunk post-norm states); the last row is step 0, at p0 = pos0 + n - 1. Returns its
+    // output (valid until the next call). Throws as Engine::draft_rows.
+    const DraftOutput & begin(const float * hidden, const int32_t * next_tokens, int64_t n, int64_t pos0);
+
+    // The next step, on (z of the step before, `drafted`): `drafted` is the token chosen from that step's output.
+    // Throws std::logic_error before begin().
+    const DraftOutput & next(int32_t drafted);
+
+    int64_t step() const { return step_; }  // the step whose output is current (0 after begin)
+    // The position whose selection the current step attends: p0 for shared steps, else its own row p0 + step.
+    int64_t selection_pos() const { return share_ && step_ > 0 ? p0_ : p0_ + step_; }
+
+private:
+    Engine & engine_;
+    bool share_;
+    int64_t p0_ = -1;
+    int64_t step_ = -1;
+    DraftOutput out_;                 // reused step after step
+    std::vector<int32_t> saved_pools_;  // S(p0), step 0's selection
+};
+
+}  // namespace glm5next

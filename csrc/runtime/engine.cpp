@@ -1,0 +1,236 @@
+#include "runtime/engine.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+#include "ggml-alloc.h"
+#include "ggml-cpu.h"
+#include "graph/draft_head.h"
+#include "graph/trunk.h"
+
+namespace glm5next {
+
+namespace {
+
+// The per-graph context (tensor and graph metadata only; data lives in the scheduler's compute buffers and the caches).
+struct GraphContext {
+    ggml_context * ctx;
+    explicit GraphContext(std::vector<uint8_t> & meta) : ctx(ggml_init({meta.size(), meta.data(), true})) {}
+    ~GraphContext() { ggml_free(ctx); }
+};
+
+}  // namespace
+
+// A separate draft file must describe the same model: the draft head reads the trunk's hidden states and tokens.
+static const Model & checked_draft_model(const Model & model, const Model * draft) {
+    if (draft == nullptr) return model;
+    const HParams &a = model.hp, &b = draft->hp;
+    if (b.n_nextn == 0) throw std::invalid_argument(draft->path + ": the draft file has no NextN layer");
+    if (a.n_embd != b.n_embd || a.n_vocab != b.n_vocab || a.n_trunk() != b.n_trunk()) {
+        throw std::invalid_argument(draft->path + ": the draft file does not fit " + model.path +
+                                    " (embedding length, vocabulary or trunk layer count differ)");
+    }
+    return *draft;
+}
+
+Engine::Engine(const Model & model, const EngineParams & params, const Model * draft_model)
+    : model_(model), draft_model_(checked_draft_model(model, draft_model)), params_(params),
+      cache_(model, 0, model.hp.n_trunk(), params.n_ctx) {
+    if (params_.n_batch == 0) {
+        throw std::invalid_argument("n_batch must be >= 1");
+    }
+    if (params_.n_threads <= 0) {
+        params_.n_threads = (int) std::max(1u, std::thread::hardware_concurrency());
+    }
+    if (draft_model_.hp.n_nextn > 0) {
+        draft_cache_ = std::make_unique<SeqCache>(draft_model_, draft_model_.hp.n_trunk(), 1, params.n_ctx);
+        draft_weights_ = std::make_unique<DraftWeights>(draft_model_, params.draft_type);
+    } else if (params.draft_type != GGML_TYPE_COUNT) {
+        throw std::invalid_argument(model.path + ": a draft type was given but the file has no NextN layer");
+    }
+    // The scheduler's backends: every device holding weights (in placement order), the CPU last (ggml gives
+    // lower indices priority; the CPU also runs this project's custom ops, see alloc).
+    std::vector<ggml_backend_dev_t> devices = model_.devices();
+    for (ggml_backend_dev_t dev : draft_model_.devices()) {
+        if (std::find(devices.begin(), devices.end(), dev) == devices.end()) devices.push_back(dev);
+    }
+    for (ggml_backend_dev_t dev : devices) {
+        ggml_backend_t backend = ggml_backend_dev_init(dev, nullptr);
+        if (backend == nullptr) throw std::runtime_error(std::string("cannot start device ") + ggml_backend_dev_name(dev));
+        backends_.push_back(backend);
+    }
+    cpu_ = ggml_backend_cpu_init();
+    ggml_backend_cpu_set_n_threads(cpu_, params_.n_threads);
+    backends_.push_back(cpu_);
+    const size_t n_nodes = graph_size(model.hp);
+    // op_offload off: a weight on the CPU keeps its op on the CPU (placement decides, not batch size).
+    sched_ = ggml_backend_sched_new(backends_.data(), nullptr, (int) backends_.size(), n_nodes, false, false);
+    meta_.resize(ggml_tensor_overhead() * n_nodes * 2 + ggml_graph_overhead_custom(n_nodes, false));
+}
+
+Engine::~Engine() {
+    ggml_backend_sched_free(sched_);
+    for (ggml_backend_t b : backends_) ggml_backend_free(b);
+}
+
+// This project's custom ops (GGML_OP_CUSTOM: graph/select_ops.h, graph/mhc_ops.h) have CPU kernels only. ggml's
+// RPC device claims to support every op, so supports_op cannot keep them off a device: they are pinned here.
+void Engine::alloc(ggml_cgraph * gf) {
+    ggml_backend_sched_reset(sched_);
+    if (backends_.size() > 1) {
+        for (int i = 0; i < ggml_graph_n_nodes(gf); ++i) {
+            ggml_tensor * node = ggml_graph_node(gf, i);
+            if (node->op == GGML_OP_CUSTOM) ggml_backend_sched_set_tensor_backend(sched_, node, cpu_);
+        }
+    }
+    if (!ggml_backend_sched_alloc_graph(sched_, gf)) {
+        throw std::runtime_error("cannot allocate the compute buffers of a graph");
+    }
+}
+
+void Engine::compute(ggml_cgraph * gf) {
+    if (ggml_backend_sched_graph_compute(sched_, gf) != GGML_STATUS_SUCCESS) {
+        throw std::runtime_error("ggml graph computation failed");
+    }
+}
+
+EvalOutput Engine::eval(const std::vector<int32_t> & tokens, bool logits_all) {
+    const HParams & hp = model_.hp;
+    check_no_pending_verify();
+    if (tokens.empty()) {
+        throw std::invalid_argument("eval: no tokens");
+    }
+    check_tokens(tokens.data(), (int64_t) tokens.size());
+    if (cache_.n_past() + tokens.size() > cache_.n_ctx()) {
+        throw std::invalid_argument("eval: " + std::to_string(cache_.n_past() + tokens.size()) +
+                                    " tokens exceed the context size n_ctx = " + std::to_string(cache_.n_ctx()));
+    }
+    EvalOutput out;
+    out.n_tokens = (int64_t) tokens.size();
+    out.n_logit_rows = logits_all ? out.n_tokens : 1;
+    out.logits.resize(out.n_logit_rows * hp.n_vocab);
+    out.hidden.resize(out.n_tokens * hp.n_embd);
+    for (int64_t row0 = 0; row0 < out.n_tokens; row0 += params_.n_batch) {
+        const int64_t n = std::min<int64_t>(params_.n_batch, out.n_tokens - row0);
+        eval_ubatch(tokens.data() + row0, n, logits_all, out, row0, false);
+        cache_.append((uint32_t) n);
+        tokens_.insert(tokens_.end(), tokens.begin() + row0, tokens.begin() + row0 + n);
+    }
+    return out;
+}
+
+void Engine::verify(const std::vector<int32_t> & tokens, EvalOutput & out) {
+    check_no_pending_verify();
+    const int64_t n = (int64_t) tokens.size();
+    if (n == 0 || n > params_.n_batch || cache_.n_past() + n > cache_.n_ctx()) {
+        throw std::invalid_argument("verify: " + std::to_string(n) + " rows must be >= 1, fit one ubatch (n_batch = " +
+                                    std::to_string(params_.n_batch) + ") and the context");
+    }
+    check_tokens(tokens.data(), n);
+    out.n_tokens = out.n_logit_rows = n;
+    out.logits.resize(n * model_.hp.n_vocab);
+    out.hidden.resize(n * model_.hp.n_embd);
+    cache_.begin_verify(eval_ubatch(tokens.data(), n, true, out, 0, true), (uint32_t) n);
+    pending_tokens_ = tokens;
+}
+
+void Engine::commit(int64_t n_keep) {
+    if (n_keep < 1 || n_keep > (int64_t) pending_tokens_.size()) {
+        throw std::logic_error("commit: keep " + std::to_string(n_keep) + " of the " +
+                               std::to_string(pending_tokens_.size()) + " rows of the pending verify pass");
+    }
+    cache_.commit((uint32_t) n_keep);
+    tokens_.insert(tokens_.end(), pending_tokens_.begin(), pending_tokens_.begin() + n_keep);
+    pending_tokens_.clear();
+}
+
+void Engine::check_no_pending_verify() const {
+    if (cache_.verify_pending()) {
+        throw std::logic_error("a verify pass awaits its commit: call commit(n_keep) first");
+    }
+}
+
+void Engine::check_tokens(const int32_t * tokens, int64_t n) const {
+    for (int64_t i = 0; i < n; ++i) {
+        if (tokens[i] < 0 || (uint32_t) tokens[i] >= model_.hp.n_vocab) {
+            throw std::invalid_argument("token id " + std::to_string(tokens[i]) + " is outside the vocabulary [0, " +
+                                        std::to_string(model_.hp.n_vocab) + ")");
+        }
+    }
+}
+
+std::vector<KdaSnapshots> Engine::eval_ubatch(const int32_t * tokens, int64_t n, bool logits_all, EvalOutput & out,
+                                              int64_t row0, bool snapshots) {
+    const HParams & hp = model_.hp;
+    GraphContext gc(meta_);
+    TrunkGraph g;
+    build_trunk_graph(g, gc.ctx, model_, cache_.view(), n, logits_all, snapshots);
+    alloc(g.gf);
+    g.set_inputs(tokens);
+    compute(g.gf);
+
+    ggml_backend_tensor_get(g.hidden, out.hidden.data() + row0 * hp.n_embd, 0, n * hp.n_embd * sizeof(float));
+    if (logits_all) {
+        ggml_backend_tensor_get(g.logits, out.logits.data() + row0 * hp.n_vocab, 0, n * hp.n_vocab * sizeof(float));
+    } else if (row0 + n == out.n_tokens) {
+        ggml_backend_tensor_get(g.logits, out.logits.data(), 0, hp.n_vocab * sizeof(float));
+    }
+    if (out.pools.empty()) {
+        out.dsa_layers = g.dsa_layers;
+        out.pools.resize(g.selections.size());
+    }
+    const int64_t k = n_top_pool();
+    for (size_t i = 0; i < g.selections.size(); ++i) {
+        auto & dst = out.pools[i];
+        dst.resize((row0 + n) * k);
+        ggml_backend_tensor_get(g.selections[i], dst.data() + row0 * k, 0, n * k * sizeof(int32_t));
+    }
+    return std::move(g.snapshots);
+}
+
+void Engine::draft_rows(const float * hidden, const int32_t * next_tokens, int64_t n, int64_t pos0,
+                        const int32_t * saved_pools, int64_t saved_p0, DraftOutput & out) {
+    const HParams & hp = model_.hp;
+    check_no_pending_verify();
+    if (!draft_cache_) {
+        throw std::invalid_argument(model_.path + ": no NextN layer to draft with (nextn_predict_layers = 0, no -md file)");
+    }
+    if (n < 1 || pos0 < 0 || pos0 > draft_cache_->n_past() || pos0 + n > draft_cache_->n_ctx()) {
+        throw std::invalid_argument("draft rows [" + std::to_string(pos0) + ", " + std::to_string(pos0 + n) +
+                                    ") do not follow the " + std::to_string(draft_cache_->n_past()) +
+                                    " rows written, or exceed n_ctx = " + std::to_string(draft_cache_->n_ctx()));
+    }
+    if (saved_pools && (n != 1 || saved_p0 < 0 || saved_p0 >= pos0)) {
+        throw std::invalid_argument("a step that reuses a selection is one row after the row that made it");
+    }
+    check_tokens(next_tokens, n);
+    draft_cache_->truncate((uint32_t) pos0);  // rows after the ones written now are dropped
+    for (int64_t row0 = 0; row0 < n; row0 += params_.n_batch) {
+        const int64_t m = std::min<int64_t>(params_.n_batch, n - row0);
+        GraphContext gc(meta_);
+        DraftGraph g;
+        build_draft_graph(g, gc.ctx, draft_model_, draft_weights_->layer(), draft_cache_->view(), m,
+                          saved_pools ? saved_p0 : -1);
+        alloc(g.gf);
+        g.set_inputs(hidden + row0 * hp.n_embd, next_tokens + row0, saved_pools);
+        compute(g.gf);
+        draft_cache_->append((uint32_t) m);
+        if (row0 + m == n) {  // the inputs are in the graph by now: out may be written, even if hidden is out.z
+            out.logits.resize(hp.n_vocab);
+            out.z.resize(hp.n_embd);
+            out.pools.resize(n_top_pool());
+            ggml_backend_tensor_get(g.logits, out.logits.data(), 0, hp.n_vocab * sizeof(float));
+            ggml_backend_tensor_get(g.z, out.z.data(), 0, hp.n_embd * sizeof(float));
+            if (g.pools) {
+                ggml_backend_tensor_get(g.pools, out.pools.data(), (m - 1) * n_top_pool() * sizeof(int32_t),
+                                        n_top_pool() * sizeof(int32_t));
+            } else {
+                std::copy(saved_pools, saved_pools + n_top_pool(), out.pools.begin());
+            }
+        }
+    }
+}
+
+}  // namespace glm5next

@@ -1,0 +1,121 @@
+// Runs the trunk and the NextN draft head over one sequence (runtime.md, Engine): prefill in ubatches of n_batch
+// rows, decode, and the verify pass of a draft-MTP round, whose rows stay provisional until commit(n_keep).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "ggml-alloc.h"
+#include "ggml-backend.h"
+#include "model/draft_weights.h"
+#include "model/model.h"
+#include "runtime/seq_cache.h"
+
+namespace glm5next {
+
+struct EngineParams {
+    uint32_t n_ctx = 4096;
+    uint32_t n_batch = 512;  // rows per ubatch
+    int n_threads = 0;       // 0 = hardware concurrency
+    ggml_type draft_type = GGML_TYPE_COUNT;  // the draft layer as stored, or requantized (q8_0 / q4_0)
+};
+
+struct EvalOutput {
+    int64_t n_tokens = 0;
+    int64_t n_logit_rows = 0;          // n_tokens with logits_all, else 1
+    std::vector<float> logits;         // [n_logit_rows, n_vocab] row-major
+    std::vector<float> hidden;         // [n_tokens, n_embd] post-norm hidden state
+    std::vector<int> dsa_layers;       // trunk DSA layers, in order
+    // per DSA layer: [n_tokens, n_top_pool] chosen pools (-1 = none), best first
+    std::vector<std::vector<int32_t>> pools;
+};
+
+// The draft head's answer for the last of the rows it was given.
+struct DraftOutput {
+    std::vector<float> logits;   // [n_vocab]
+    std::vector<float> z;        // [n_embd] post-shared-norm output (the next step's hidden input)
+    std::vector<int32_t> pools;  // [n_top_pool] chosen pools (-1 = none); the saved ones when the step reused them
+};
+
+class Engine {
+public:
+    // `draft_model`: a separate file holding the NextN layer (--mtp-only), or null to use `model`'s own. Throws
+    // std::invalid_argument when it does not fit `model` (sizes, layer count) or has no NextN layer.
+    Engine(const Model & model, const EngineParams & params, const Model * draft_model = nullptr);
+    ~Engine();
+    Engine(const Engine &) = delete;
+    Engine & operator=(const Engine &) = delete;
+
+    // Appends `tokens` to the sequence and returns logits (all rows or the last), hidden states and selections.
+    // Throws std::invalid_argument for an empty input, a token id out of range or a context overflow, and
+    // std::logic_error while a verify pass awaits its commit.
+    EvalOutput eval(const std::vector<int32_t> & tokens, bool logits_all);
+
+    // The verify pass of a draft-MTP round (runtime.md, draft-MTP round, step 2): evaluates `tokens` (one
+    // ubatch) as provisional rows with per-row KDA snapshots and writes the logits and hidden states of every row
+    // into `out`, whose buffers a caller reuses round after round (no [n, n_vocab] allocation per round). The
+    // caller decides how many rows to keep and calls commit(n_keep) before anything else runs on the engine.
+    // Throws std::invalid_argument for rows that do not fit one ubatch or the context, or a bad token id.
+    void verify(const std::vector<int32_t> & tokens, EvalOutput & out);
+
+    // Keeps the first n_keep rows of the pending verify pass (1 <= n_keep <= its rows) and rolls the sequence
+    // cache back past them (SeqCache::commit): no replay. Throws std::logic_error without a pending pass.
+    void commit(int64_t n_keep);
+
+    // Writes draft-head rows (hidden[i], next_tokens[i]) at positions pos0.. (hidden: [n, n_embd] row-major,
+    // post-norm trunk states or a previous step's z) into the draft cache, dropping any rows after them.
+    // With saved_pools (n must be 1) the row attends exactly the selection row saved_p0 made (index sharing).
+    // The answer for the last row goes to `out` (reused by callers step after step; `hidden` may point into out.z:
+    // it is read before `out` is written). Throws std::invalid_argument if the file has no NextN layer, pos0
+    // leaves a gap, or n_ctx is exceeded.
+    void draft_rows(const float * hidden, const int32_t * next_tokens, int64_t n, int64_t pos0,
+                    const int32_t * saved_pools, int64_t saved_p0, DraftOutput & out);
+
+    void reset() {
+        cache_.clear();
+        tokens_.clear();
+        pending_tokens_.clear();
+        if (draft_cache_) draft_cache_->clear();
+    }
+    uint32_t n_past() const { return cache_.n_past(); }
+    const std::vector<int32_t> & tokens() const { return tokens_; }  // the sequence's tokens, one per trunk row
+    uint32_t n_vocab() const { return model_.hp.n_vocab; }
+    uint32_t n_embd() const { return model_.hp.n_embd; }
+    const EngineParams & params() const { return params_; }
+
+    bool has_draft_head() const { return draft_cache_ != nullptr; }
+    // Graph splits of the last graph the scheduler ran (1 when every op ran on one device) and the tensors it
+    // copied between devices for it.
+    int n_splits() const { return ggml_backend_sched_get_n_splits(sched_); }
+    int n_copies() const { return ggml_backend_sched_get_n_copies(sched_); }
+    const DraftWeights * draft_weights() const { return draft_weights_.get(); }  // null without a draft head
+    bool index_share_mtp() const { return model_.hp.index_share_mtp; }
+    const SeqCache & cache() const { return cache_; }
+    int64_t n_top_pool() const { return model_.hp.idx_top_k / model_.hp.idx_kpool; }
+
+private:
+    void alloc(ggml_cgraph * gf);
+    void compute(ggml_cgraph * gf);
+    void check_tokens(const int32_t * tokens, int64_t n) const;
+    void check_no_pending_verify() const;
+    // Runs one ubatch of the trunk and reads its outputs into `out` from row row0; returns the KDA snapshots
+    // when built for a verify pass.
+    std::vector<KdaSnapshots> eval_ubatch(const int32_t * tokens, int64_t n, bool logits_all, EvalOutput & out,
+                                          int64_t row0, bool snapshots);
+
+    const Model & model_;
+    const Model & draft_model_;  // the file the draft head's weights come from (model_ unless -md)
+    EngineParams params_;
+    SeqCache cache_;
+    std::unique_ptr<SeqCache> draft_cache_;  // the NextN layer's rows; null without one
+    std::unique_ptr<DraftWeights> draft_weights_;
+    std::vector<int32_t> tokens_;
+    std::vector<int32_t> pending_tokens_;  // the rows of a verify pass awaiting commit
+    std::vector<ggml_backend_t> backends_;  // the placed devices', then the CPU's
+    ggml_backend_t cpu_ = nullptr;
+    ggml_backend_sched_t sched_ = nullptr;
+    std::vector<uint8_t> meta_;  // memory of the per-ubatch graph context (tensor and graph metadata only)
+};
+
+}  // namespace glm5next

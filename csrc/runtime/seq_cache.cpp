@@ -1,0 +1,161 @@
+#include "runtime/seq_cache.h"
+
+#include <cstring>
+#include <map>
+#include <stdexcept>
+#include <string>
+
+#include "ggml-alloc.h"
+#include "ggml-cpu.h"
+
+namespace glm5next {
+
+SeqCache::SeqCache(const Model & model, uint32_t first_layer, uint32_t n_layers, uint32_t n_ctx)
+    : hp_(model.hp), first_layer_(first_layer), n_ctx_(n_ctx) {
+    const HParams & hp = model.hp;
+    // One metadata context per device: each layer's caches live where its attention weights are.
+    std::map<ggml_backend_dev_t, ggml_context *> ctx_of;
+    auto ctx_for = [&](uint32_t il) {
+        ggml_backend_dev_t dev = device_of(model.layers[il].wo);
+        if (ctx_of.count(dev) == 0) {
+            ctx_of[dev] = ggml_init({ggml_tensor_overhead() * 8 * (n_layers + 1), nullptr, true});
+            contexts_.push_back(ctx_of[dev]);
+        }
+        return ctx_of[dev];
+    };
+    layers_.resize(n_layers);
+    for (uint32_t il = first_layer; il < first_layer + n_layers; ++il) {
+        LayerCache & c = layers_[il - first_layer];
+        ggml_context * ctx = ctx_for(il);
+        if (hp.is_kda(il)) {
+            c.conv = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, hp.ssm_conv_kernel - 1, 3 * hp.kda_inner());
+            c.state = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, hp.kda_head_dim, hp.kda_head_dim, hp.n_head);
+            ggml_format_name(c.conv, "cache_conv-%u", il);
+            ggml_format_name(c.state, "cache_state-%u", il);
+            recurrent_ = true;
+            continue;
+        }
+        c.latent = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, hp.kv_lora_rank, n_ctx);
+        ggml_format_name(c.latent, "cache_latent-%u", il);
+        const bool full = il >= hp.n_trunk() || hp.idx_full[il];
+        if (full) {
+            c.idx_k = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, hp.idx_head_dim, n_ctx);
+            c.idx_g = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, hp.idx_head_dim, n_ctx);
+            c.pooled = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, hp.idx_head_dim, std::max<uint32_t>(1, n_ctx / hp.idx_kpool));
+            ggml_format_name(c.idx_k, "cache_idx_k-%u", il);
+            ggml_format_name(c.idx_g, "cache_idx_g-%u", il);
+            ggml_format_name(c.pooled, "cache_kpool-%u", il);
+        }
+    }
+    for (const auto & [dev, ctx] : ctx_of) {
+        ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors_from_buft(ctx, ggml_backend_dev_buffer_type(dev));
+        if (buf == nullptr) {
+            for (ggml_backend_buffer_t b : buffers_) ggml_backend_buffer_free(b);
+            for (ggml_context * c : contexts_) ggml_free(c);
+            throw std::runtime_error("cannot allocate the caches for n_ctx = " + std::to_string(n_ctx) + " on " +
+                                     ggml_backend_dev_name(dev));
+        }
+        buffers_.push_back(buf);
+    }
+    clear();
+}
+
+SeqCache::~SeqCache() {
+    for (ggml_backend_buffer_t b : buffers_) ggml_backend_buffer_free(b);
+    for (ggml_context * c : contexts_) ggml_free(c);
+}
+
+size_t SeqCache::nbytes() const {
+    size_t n = 0;
+    for (ggml_backend_buffer_t b : buffers_) n += ggml_backend_buffer_get_size(b);
+    return n;
+}
+
+void SeqCache::clear() {
+    // Zero everything: KDA states must start at zero; the other rows are rewritten before they are read.
+    for (ggml_backend_buffer_t b : buffers_) ggml_backend_buffer_clear(b, 0);
+    n_past_ = 0;
+    pending_.clear();
+    pending_rows_ = 0;
+}
+
+CacheView SeqCache::view() const {
+    return CacheView{layers_.data(), first_layer_, (uint32_t) layers_.size(), n_past_};
+}
+
+void SeqCache::append(uint32_t n) {
+    if (verify_pending()) throw std::logic_error("rows appended while a verify pass awaits its commit");
+    n_past_ += n;
+}
+
+void SeqCache::truncate(uint32_t n) {
+    if (n > n_past_) throw std::logic_error("truncate to " + std::to_string(n) + " of " + std::to_string(n_past_) + " rows");
+    if (recurrent_ && n < n_past_) throw std::logic_error("recurrent (KDA) state cannot drop rows; use a verify pass");
+    n_past_ = n;
+}
+
+void SeqCache::begin_verify(std::vector<KdaSnapshots> snapshots, uint32_t n_rows) {
+    if (verify_pending()) throw std::logic_error("a verify pass began before the last one was committed");
+    if (n_rows == 0) throw std::logic_error("a verify pass of 0 rows");
+    pending_ = std::move(snapshots);
+    pending_rows_ = n_rows;
+}
+
+void SeqCache::commit(uint32_t n_keep) {
+    if (!verify_pending() || n_keep < 1 || n_keep > pending_rows_) {
+        throw std::logic_error("commit " + std::to_string(n_keep) + " rows of a verify pass of " +
+                               std::to_string(pending_rows_));
+    }
+    if (n_keep < pending_rows_) {
+        for (const KdaSnapshots & s : pending_) rollback_kda(s, pending_rows_, n_keep);
+    }
+    n_past_ += n_keep;  // attention rows past n_past are dropped: rewritten before read
+    pending_.clear();
+    pending_rows_ = 0;
+}
+
+namespace {
+
+bool is_host(const ggml_tensor * t) { return t->buffer != nullptr && ggml_backend_buffer_is_host(t->buffer); }
+
+}  // namespace
+
+// The state after row n_keep-1 is slot (n_rows - n_keep) of the packed states (slot s = s rows back from the
+// last), after the n_rows outputs; the conv window after it is pre-conv rows [n_keep, n_keep + K-1) of each part
+// (the old window first), one run of K-1 floats per channel. In host memory both are copied in place; on a
+// device they go through `staging_` with one read and one write per tensor (never one call per channel).
+void SeqCache::rollback_kda(const KdaSnapshots & s, int64_t n_rows, int64_t n_keep) {
+    const int64_t d = hp_.kda_head_dim, nh = hp_.n_head, inner = hp_.kda_inner(), K = hp_.ssm_conv_kernel;
+    const size_t state_bytes = d * d * nh * sizeof(float);
+    const size_t state_offset = (d * nh * n_rows + (n_rows - n_keep) * d * d * nh) * sizeof(float);
+    ggml_tensor * state = s.cache->state, * conv = s.cache->conv;
+    if (is_host(s.packed) && is_host(state)) {
+        std::memcpy(state->data, (const char *) s.packed->data + state_offset, state_bytes);
+    } else {
+        staging_.resize(state_bytes / sizeof(float));
+        ggml_backend_tensor_get(s.packed, staging_.data(), state_offset, state_bytes);
+        ggml_backend_tensor_set(state, staging_.data(), 0, state_bytes);
+    }
+    for (int part = 0; part < 3; ++part) {
+        const ggml_tensor * xt = s.xt[part];
+        const size_t window_offset = part * inner * conv->nb[1];
+        if (is_host(xt) && is_host(conv)) {
+            for (int64_t ch = 0; ch < inner; ++ch) {
+                std::memcpy((char *) conv->data + window_offset + ch * conv->nb[1],
+                            (const char *) xt->data + ch * xt->nb[1] + n_keep * xt->nb[0], (K - 1) * sizeof(float));
+            }
+            continue;
+        }
+        const int64_t row = xt->ne[0];  // K-1+T floats per channel
+        staging_.resize(row * inner + (K - 1) * inner);
+        float * all = staging_.data();
+        float * window = all + row * inner;
+        ggml_backend_tensor_get(xt, all, 0, row * inner * sizeof(float));
+        for (int64_t ch = 0; ch < inner; ++ch) {
+            std::memcpy(window + ch * (K - 1), all + ch * row + n_keep, (K - 1) * sizeof(float));
+        }
+        ggml_backend_tensor_set(conv, window, window_offset, (K - 1) * inner * sizeof(float));
+    }
+}
+
+}  // namespace glm5next

@@ -1,0 +1,69 @@
+// The caches of one sequence (runtime.md, Engine; layout in graph/layer_cache.h), sized for n_ctx rows, and
+// their rollback: a verify pass appends rows provisionally, and commit(n_keep) keeps a prefix of them. Attention
+// caches roll back by dropping rows (rows past n_past are rewritten before they are read); the KDA conv windows
+// and recurrent states cannot be truncated, so they jump to the per-row snapshot the verify pass left.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "ggml-backend.h"
+#include "ggml.h"
+#include "graph/layer_cache.h"
+#include "model/model.h"
+
+namespace glm5next {
+
+class SeqCache {
+public:
+    // Allocates the caches of layers [first_layer, first_layer + n_layers) of `model` for n_ctx rows, zeroed, each
+    // layer's on the device of its attention weights (attn_output): the trunk's layers for the trunk, the NextN
+    // layer for the draft head. Throws std::runtime_error when a device cannot hold them.
+    SeqCache(const Model & model, uint32_t first_layer, uint32_t n_layers, uint32_t n_ctx);
+    ~SeqCache();
+    SeqCache(const SeqCache &) = delete;
+    SeqCache & operator=(const SeqCache &) = delete;
+
+    // Forget the sequence: recurrent states back to zero, n_past to 0, no verify pass pending.
+    void clear();
+
+    // What a graph reads and appends: the layers' tensors and the rows written so far.
+    CacheView view() const;
+    const LayerCache & layer(uint32_t il) const { return layers_.at(il - first_layer_); }
+    uint32_t n_ctx() const { return n_ctx_; }
+    size_t nbytes() const;  // cache memory over all devices
+    uint32_t n_past() const { return n_past_; }
+
+    // A computed graph appended n rows for good (prefill, decode, draft-head rows).
+    void append(uint32_t n);
+    // Keep rows [0, n) and drop the rest. Only attention caches can drop rows: throws std::logic_error when a
+    // layer has recurrent (KDA) state and rows would be dropped.
+    void truncate(uint32_t n);
+
+    // A computed verify graph appended n_rows rows provisionally and left `snapshots` (one per KDA layer, in its
+    // compute buffer: nothing else may run until commit). n_past stays until commit.
+    void begin_verify(std::vector<KdaSnapshots> snapshots, uint32_t n_rows);
+    bool verify_pending() const { return pending_rows_ > 0; }
+    // Keeps rows [0, n_keep) of the pending verify pass (1 <= n_keep <= its rows) and rolls back the rest: every
+    // KDA state jumps to its snapshot after row n_keep-1 and every conv window to the K-1 pre-conv rows ending
+    // there; the attention rows after it are dropped. Throws std::logic_error without a pending pass or for an
+    // n_keep out of range.
+    void commit(uint32_t n_keep);
+
+private:
+    void rollback_kda(const KdaSnapshots & s, int64_t n_rows, int64_t n_keep);
+
+    HParams hp_;
+    std::vector<LayerCache> layers_;
+    uint32_t first_layer_;
+    uint32_t n_ctx_;
+    uint32_t n_past_ = 0;  // rows written
+    bool recurrent_ = false;  // some layer has KDA state
+    std::vector<KdaSnapshots> pending_;
+    uint32_t pending_rows_ = 0;
+    std::vector<float> staging_;  // host copy of snapshot rows when a snapshot is not in host memory
+    std::vector<ggml_context *> contexts_;  // one per device
+    std::vector<ggml_backend_buffer_t> buffers_;
+};
+
+}  // namespace glm5next

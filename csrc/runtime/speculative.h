@@ -1,0 +1,92 @@
+// Token generation on one sequence, with or without draft-MTP speculation (runtime.md, draft-MTP round):
+//   1. draft: step 0 on (h_p0, x_{p0+1}); steps 1..n-1 on (z, d), reusing step 0's selection with index sharing;
+//      stop early when the draft's top probability is below p_min;
+//   2. verify: one trunk pass over [x_{p0+1}, d_1..d_n] with per-row KDA snapshots;
+//   3. accept: speculative sampling (exact match when greedy), then the correction or bonus token;
+//   4. commit: the trunk keeps the accepted rows (Engine::commit: KDA rolls back to its snapshot), the draft
+//      head's provisional rows are rewritten from the trunk's real hidden states with the next round's step 0.
+// step() runs these four in this order, each a function of its own; nothing calls back up.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include <memory>
+
+#include "runtime/draft_chain.h"
+#include "runtime/engine.h"
+#include "runtime/sampling.h"
+
+namespace glm5next {
+
+struct SpecParams {
+    int n_max = 3;           // drafts per round; 0 = no speculation
+    int n_min = 0;           // a draft shorter than this is not verified
+    float p_min = 0.0f;      // stop drafting when the draft's top probability is below this
+    int index_share = -1;    // -1: the file's index_share_for_mtp_iteration; 0 off; 1 on
+    // Benchmarks only: accept a fixed mean number of drafts per round (mean accepted length - 1), whatever the
+    // target says. The text is then meaningless; the speed is that of a model with this acceptance.
+    float synthetic_accepted = -1.0f;
+};
+
+struct SpecStats {
+    int64_t n_prompt = 0;
+    int64_t n_rounds = 0;                      // verify passes that carried drafts
+    int64_t n_drafted = 0, n_accepted = 0;
+    std::vector<int64_t> drafted_at, accepted_at;  // per draft position (0 = first draft of a round)
+    double prompt_ms = 0, draft_ms = 0, verify_ms = 0;
+};
+
+class Generator {
+public:
+    // Raises std::invalid_argument when speculation is asked for and the file has no NextN layer, or n_max
+    // does not fit a ubatch.
+    Generator(Engine & engine, const SpecParams & spec, const SamplerParams & sampling);
+
+    // Resets the sequence, evaluates `prompt` and samples the first token, which it returns. Throws
+    // std::invalid_argument for an empty prompt, a token outside the vocabulary or a prompt longer than n_ctx.
+    int32_t start(const std::vector<int32_t> & prompt);
+
+    // One round: evaluates the last token (with up to n_max drafts when speculating) and returns the tokens it
+    // emits: the accepted drafts, then the target's own token. Throws std::invalid_argument without start() or
+    // when the context is full (room() == 0).
+    std::vector<int32_t> step();
+
+    // Tokens the context can still take (the last emitted one needs a row before anything follows it).
+    int64_t room() const;
+
+    const SpecStats & stats() const { return stats_; }
+
+private:
+    struct Draft {
+        std::vector<int32_t> tokens;
+        std::vector<std::vector<float>> q;  // q[i]: the draft distribution of tokens[i] (storage reused by rounds)
+    };
+    // 1. Writes the pending draft rows (the last one is step 0) and drafts up to n_max tokens into draft_.
+    void draft(int64_t n_max);
+    // 3. The tokens the round emits from the verify rows: the accepted drafts, then the correction or bonus token.
+    std::vector<int32_t> accept(const EvalOutput & verified);
+    int64_t synthetic_keep(int64_t n_drafts);
+    // Counters and the draft rows the next round writes, once `emitted` is committed at trunk row P.
+    void record(const std::vector<int32_t> & emitted, int64_t P);
+
+    Engine & engine_;
+    SpecParams spec_;
+    bool started_ = false;
+    int32_t next_ = -1;           // the last emitted token, not yet evaluated by the trunk
+    std::vector<float> h_last_;   // trunk post-norm hidden of the last evaluated row
+    Sampler sampler_;
+    std::unique_ptr<DraftChain> chain_;  // null without speculation
+    SpecStats stats_;
+    // Draft-head rows not yet written: (trunk post-norm hidden [n_embd], next token) from position pending_pos_.
+    std::vector<float> pending_h_;
+    std::vector<int32_t> pending_x_;
+    int64_t pending_pos_ = 0;
+    Draft draft_;           // this round's drafts (reused)
+    std::vector<float> p_;  // the target distribution of a row (reused)
+    // Engine outputs, reused round after round: no per-round allocation of [rows, n_vocab] logits.
+    EvalOutput verify_out_;
+    std::mt19937_64 synthetic_rng_{12345};
+};
+
+}  // namespace glm5next

@@ -1,0 +1,82 @@
+#include "testing/helpers.h"
+
+#include <algorithm>
+#include <initializer_list>
+#include <utility>
+#include <stdexcept>
+#include <thread>
+
+#include "ggml-backend.h"
+#include "ggml-cpp.h"
+#include "ggml-cpu.h"
+#include "graph/mhc_ops.h"
+
+namespace glm5next {
+
+namespace {
+
+// Metadata-only context: tensor data lives in the backend buffer that gallocr allocates.
+ggml_context_ptr metadata_context(int n_tensors) {
+    const ggml_init_params params = {ggml_tensor_overhead() * n_tensors + ggml_graph_overhead(), nullptr, true};
+    ggml_context_ptr ctx(ggml_init(params));
+    if (!ctx) throw std::runtime_error("ggml_init failed");
+    return ctx;
+}
+
+// Computes the graph of `out` on the CPU backend (all cores): inputs are copied in from `inputs` (tensor, data)
+// pairs, and `out` is copied to `result`.
+void compute_on_cpu(ggml_tensor * out, std::initializer_list<std::pair<ggml_tensor *, const float *>> inputs,
+                    float * result, ggml_context * ctx) {
+    ggml_set_output(out);
+    ggml_cgraph * gf = ggml_new_graph(ctx);
+    ggml_build_forward_expand(gf, out);
+    ggml_backend_ptr backend(ggml_backend_cpu_init());
+    if (!backend) throw std::runtime_error("ggml_backend_cpu_init failed");
+    ggml_backend_cpu_set_n_threads(backend.get(), static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+    ggml_gallocr_ptr galloc(ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend.get())));
+    if (!galloc || !ggml_gallocr_alloc_graph(galloc.get(), gf)) {
+        throw std::runtime_error("ggml graph allocation failed");
+    }
+    for (const auto & [t, data] : inputs) ggml_backend_tensor_set(t, data, 0, ggml_nbytes(t));
+    if (ggml_backend_graph_compute(backend.get(), gf) != GGML_STATUS_SUCCESS) {
+        throw std::runtime_error("ggml graph compute failed");
+    }
+    ggml_backend_tensor_get(out, result, 0, ggml_nbytes(out));
+}
+
+}  // namespace
+
+void matmul_f32(const float *a, const float *b, float *out, int64_t m, int64_t k, int64_t n) {
+    // ggml aborts the process on bad shapes, so reject them before building the graph.
+    if (m < 1 || k < 1 || n < 1) {
+        throw std::invalid_argument("matmul_f32: all dimensions must be >= 1");
+    }
+    ggml_context_ptr ctx = metadata_context(8);
+    // ggml's ne[0] is the contiguous (column) dimension, so a row-major r x c
+    // matrix is a tensor with ne = {c, r}.
+    ggml_tensor *ta = ggml_new_tensor_2d(ctx.get(), GGML_TYPE_F32, k, m);
+    ggml_tensor *tb = ggml_new_tensor_2d(ctx.get(), GGML_TYPE_F32, n, k);
+    ggml_set_input(ta);
+    ggml_set_input(tb);
+    // ggml_mul_mat(x, y) = y @ x^T with both operands k-contiguous, so feed it
+    // b^T (n x k, made contiguous in the graph) to get a @ b with ne = {n, m}.
+    ggml_tensor *tbt = ggml_cont(ctx.get(), ggml_transpose(ctx.get(), tb));
+    compute_on_cpu(ggml_mul_mat(ctx.get(), tbt, ta), {{ta, a}, {tb, b}}, out, ctx.get());
+}
+
+void hc_post_f32(const float *x, const float *residual, const float *post, const float *comb, float *out,
+                 int64_t n_embd, int64_t hc, int64_t n_tokens, bool ggml_kernel) {
+    if (n_embd < 1 || hc < 1 || n_tokens < 1) {
+        throw std::invalid_argument("hc_post_f32: all dimensions must be >= 1");
+    }
+    ggml_context_ptr ctx = metadata_context(8);
+    ggml_tensor *tx = ggml_new_tensor_2d(ctx.get(), GGML_TYPE_F32, n_embd, n_tokens);
+    ggml_tensor *tr = ggml_new_tensor_3d(ctx.get(), GGML_TYPE_F32, n_embd, hc, n_tokens);
+    ggml_tensor *tp = ggml_new_tensor_2d(ctx.get(), GGML_TYPE_F32, hc, n_tokens);
+    ggml_tensor *tc = ggml_new_tensor_3d(ctx.get(), GGML_TYPE_F32, hc, hc, n_tokens);
+    for (ggml_tensor *t : {tx, tr, tp, tc}) ggml_set_input(t);
+    ggml_tensor *y = ggml_kernel ? ggml_dsv4_hc_post(ctx.get(), tx, tr, tp, tc) : hc_post_mix(ctx.get(), tx, tr, tp, tc);
+    compute_on_cpu(y, {{tx, x}, {tr, residual}, {tp, post}, {tc, comb}}, out, ctx.get());
+}
+
+}  // namespace glm5next

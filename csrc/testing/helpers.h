@@ -1,0 +1,22 @@
+// Test helpers (module glm5next_runtime._testing, built with -DGLM5NEXT_TEST_HELPERS=ON): prove that we compile
+// against, link to and run the ggml that llama-cpp-python ships, and run single kernels on arrays.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace glm5next {
+
+// out = a @ b for row-major float32 matrices: a is m x k, b is k x n, out is
+// m x n (caller-allocated). Runs a ggml graph (ggml_mul_mat) on the CPU
+// backend. Throws std::invalid_argument if a dimension is < 1 and
+// std::runtime_error if ggml fails to allocate or compute.
+void matmul_f32(const float *a, const float *b, float *out, int64_t m, int64_t k, int64_t n);
+
+// The mHC post-mix (graph/mhc_ops.h) on row-major arrays: x [T][n_embd], residual [T][hc][n_embd], post [T][hc],
+// comb [T][s][d] (comb[t][s][d] mixes stream s into output stream d), out [T][hc][n_embd]. ggml_kernel: run
+// ggml's DSV4_HC_POST instead of ours (tests compare the two). Throws like matmul_f32.
+void hc_post_f32(const float *x, const float *residual, const float *post, const float *comb, float *out,
+                 int64_t n_embd, int64_t hc, int64_t n_tokens, bool ggml_kernel);
+
+}  // namespace glm5next

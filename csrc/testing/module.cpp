@@ -1,0 +1,96 @@
+// Python module glm5next_runtime._testing: test helpers that are not part of the product (built only with
+// -DGLM5NEXT_TEST_HELPERS=ON, which scripts/setup.sh sets for the development environment).
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "testing/helpers.h"
+
+namespace py = pybind11;
+
+// c_style: non-contiguous inputs are copied to row-major. No forcecast, so
+// float64 input is rejected (TypeError) instead of silently losing precision.
+using f32_array = py::array_t<float, py::array::c_style>;
+
+static py::array_t<float> matmul(const f32_array &a, const f32_array &b) {
+    if (a.ndim() != 2 || b.ndim() != 2) {
+        throw std::invalid_argument("matmul: a and b must be 2-D, got ndim " + std::to_string(a.ndim()) +
+                                    " and " + std::to_string(b.ndim()));
+    }
+    const auto m = a.shape(0), k = a.shape(1), n = b.shape(1);
+    if (b.shape(0) != k) {
+        throw std::invalid_argument("matmul: inner dimensions differ: a is (" + std::to_string(m) + ", " +
+                                    std::to_string(k) + "), b is (" + std::to_string(b.shape(0)) + ", " +
+                                    std::to_string(n) + ")");
+    }
+    py::array_t<float> out({m, n});
+    const float *pa = a.data();
+    const float *pb = b.data();
+    float *pout = out.mutable_data();
+    {
+        // Only raw buffers are touched while computing; let other threads run.
+        py::gil_scoped_release release;
+        glm5next::matmul_f32(pa, pb, pout, m, k, n);
+    }
+    return out;
+}
+
+static py::array_t<float> hc_post(const f32_array &x, const f32_array &residual, const f32_array &post,
+                                  const f32_array &comb, bool ggml_kernel) {
+    if (x.ndim() != 2 || residual.ndim() != 3 || post.ndim() != 2 || comb.ndim() != 3) {
+        throw std::invalid_argument("hc_post: x, residual, post, comb must be 2-D, 3-D, 2-D, 3-D");
+    }
+    const auto T = x.shape(0), n_embd = x.shape(1), hc = residual.shape(1);
+    if (residual.shape(0) != T || residual.shape(2) != n_embd || post.shape(0) != T || post.shape(1) != hc ||
+        comb.shape(0) != T || comb.shape(1) != hc || comb.shape(2) != hc) {
+        throw std::invalid_argument("hc_post: shapes must be x (T, n_embd), residual (T, hc, n_embd), post (T, hc), "
+                                    "comb (T, hc, hc)");
+    }
+    py::array_t<float> out({T, hc, n_embd});
+    const float *px = x.data(), *pr = residual.data(), *pp = post.data(), *pc = comb.data();
+    float *pout = out.mutable_data();
+    {
+        py::gil_scoped_release release;
+        glm5next::hc_post_f32(px, pr, pp, pc, pout, n_embd, hc, T, ggml_kernel);
+    }
+    return out;
+}
+
+PYBIND11_MODULE(_testing, mod) {
+    mod.doc() = "Test helpers of glm5next_runtime: single ggml kernels on numpy arrays.";
+
+    mod.def("matmul", &matmul, py::arg("a"), py::arg("b"),
+            R"doc(Matrix product a @ b (numpy semantics) computed by a ggml graph on the CPU backend.
+
+Args:
+    a: float32 array of shape (m, k).
+    b: float32 array of shape (k, n).
+
+Returns:
+    float32 array of shape (m, n).
+
+Raises:
+    ValueError: a or b is not 2-D, the inner dimensions differ, or a dimension is 0.
+    TypeError: an input is not convertible to float32 without loss (e.g. float64).
+    RuntimeError: ggml failed to allocate or compute the graph.
+)doc");
+
+    mod.def("hc_post", &hc_post, py::arg("x"), py::arg("residual"), py::arg("post"), py::arg("comb"),
+            py::arg("ggml_kernel") = false,
+            R"doc(The mHC post-mix of the trunk graph (csrc/graph/mhc_ops.h) on float32 arrays, for tests:
+out[t, d] = x[t] * post[t, d] + sum_s residual[t, s] * comb[t, s, d].
+
+Args:
+    x: (T, n_embd); residual: (T, hc, n_embd); post: (T, hc); comb: (T, hc, hc), comb[t, s, d] the weight of
+        stream s in output stream d.
+    ggml_kernel: run ggml's DSV4_HC_POST instead of ours.
+
+Returns:
+    float32 array (T, hc, n_embd).
+
+Raises:
+    ValueError: shapes that do not fit; TypeError: inputs not convertible to float32 without loss.
+)doc");
+}

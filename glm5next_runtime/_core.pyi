@@ -1,0 +1,322 @@
+"""
+Native core of glm5next_runtime (ggml via llama-cpp-python's shared libraries).
+"""
+from __future__ import annotations
+import collections.abc
+import numpy
+import numpy.typing
+import typing
+__all__: list[str] = ['DraftChain', 'Engine', 'Generator', 'Model', 'ModelError', 'Sampler', 'add_rpc_servers', 'ggml_commit', 'ggml_version', 'list_devices', 'selected_rows', 'serve_rpc', 'system_info']
+class ModelError(ValueError):
+    pass
+class Model:
+    """
+    A glm5next GGUF loaded for inference (metadata + memory-mapped weights).
+    
+    Both architecture spellings load ("glm5next" and "glm5-next"). Weights stay in a read-only mapping of the
+    file; nothing is copied.
+    """
+    def __init__(self, path: str, override_kv: collections.abc.Sequence[str] = []) -> None:
+        """
+        Load the GGUF at `path`.
+        
+        Args:
+            path: str, path of a .gguf file (combined, trunk-only or draft-only layout).
+            override_kv: list of str, llama.cpp --override-kv "KEY=TYPE:VALUE" (TYPE int, float, bool or str; bool
+                values true/false), applied in order before any hyper-parameter is read or checked. KEY may use
+                either arch prefix ("glm5next." or "glm5-next."). An int/float override of an existing key keeps
+                its stored type (range-checked).
+        
+        Raises:
+            ModelError (a ValueError): the file is missing, not GGUF, truncated or corrupt; the architecture is
+                not glm5next/glm5-next; a required key is missing or of the wrong type; a value is inconsistent
+                (e.g. nextn_predict_layers >= block_count, kpool <= 1 or not dividing top_k); a required tensor
+                is missing or mis-shaped; an override is malformed or does not fit its key. The message names the
+                file and the key, tensor or override.
+        """
+    def metadata(self, key: str) -> typing.Any:
+        """
+        metadata(key) -> value of GGUF key `key` after overrides: int, float, bool, str (bytes if not UTF-8) or a list of those. `key` may use either arch prefix. Raises KeyError when absent.
+        """
+    def place(self, device_of: collections.abc.Mapping[str, str]) -> None:
+        """
+        place(device_of: dict[str, str]) -> None: copy the named weights from the mapping into a weight buffer of the named ggml device (e.g. {'blk.3.attn_output.weight': 'RPC0'}); the rest stay memory-mapped on the CPU. Call once, before an Engine is made on the model. Raises ModelError (ValueError) for an unknown tensor or device or a buffer that cannot be allocated.
+        """
+    def tensor_data(self, name: str) -> numpy.ndarray:
+        """
+        tensor_data(name) -> read-only numpy uint8 array [nbytes]: the tensor's bytes in the mapping (no copy; keeps the model alive). Raises KeyError for an unknown name.
+        """
+    def tensor_table(self) -> list:
+        """
+        tensor_table() -> list of (name: str, shape: list of int in ggml order (trailing 1s dropped), required: bool): every tensor the loader looked for under this file's hyper-parameters (gguf.md, Tensors); a file holds all required ones and may hold the others.
+        """
+    def tensors(self) -> list:
+        """
+        tensors() -> list of (name: str, ggml type name: str, shape: list of int in ggml order (ne[0] first, trailing 1s dropped), nbytes: int), in file order.
+        """
+    def vocab(self) -> tuple:
+        """
+        vocab() -> (tokens, token_types, merges, special_ids).
+        
+        tokens: list[str] ([n_vocab]; bytes for a token that is not UTF-8), token_types: list[int] (llama.cpp types:
+        1 normal, 2 unknown, 3 control, 4 user-defined, 5 unused, 6 byte), merges: list[str] ("left right"),
+        special_ids: dict with those of bos, eos, eot, eom, unk, pad that the file sets.
+        Raises ModelError (ValueError) when the file has no tokenizer.
+        """
+    @property
+    def arch(self) -> str:
+        """
+        str: general.architecture as stored ('glm5next' or 'glm5-next').
+        """
+    @property
+    def chat_template(self) -> typing.Any:
+        """
+        str or None: tokenizer.chat_template (jinja2), None when absent.
+        """
+    @property
+    def devices(self) -> list[str]:
+        """
+        list[str]: the devices other than the CPU that hold weights after place().
+        """
+    @property
+    def draft_only(self) -> bool:
+        """
+        bool: the file holds only the NextN (draft) layer, no trunk layers.
+        """
+    @property
+    def hparams(self) -> dict:
+        """
+        dict: every hyper-parameter (HParams in csrc/model/hparams.h) after overrides.
+        
+        Keys: arch, n_vocab, n_embd, n_ff, n_ctx_train, n_layer_all, n_nextn, n_trunk, n_head, head_count_kv (list of
+        int, [n_layer_all], 0 = KDA layer), rms_eps, ln_eps, q_lora_rank, kv_lora_rank, head_k_mla, head_v_mla,
+        idx_n_head, idx_head_dim, idx_top_k, idx_kpool, idx_select_tail, idx_full (list of bool, [n_trunk]),
+        index_share_mtp, n_dense_lead, n_expert, n_expert_used, n_expert_shared, n_expert_groups, n_group_used,
+        n_ff_exp, expert_weights_scale, expert_weights_norm, swiglu_clamp_exp / swiglu_clamp_shexp (list of float,
+        [n_layer_all], 0 = no clamp), ssm_conv_kernel, kda_head_dim, has_kda_lower_bound, kda_lower_bound, hc_mult,
+        hc_sinkhorn_iters, hc_eps. Floats are the stored f32 values widened to Python floats.
+        """
+    @property
+    def n_vocab(self) -> int:
+        """
+        int: vocabulary size.
+        """
+    @property
+    def path(self) -> str:
+        """
+        str: the path the model was loaded from.
+        """
+class Engine:
+    """
+    The trunk of one sequence: caches sized for n_ctx rows, evaluated in ubatches.
+    """
+    def __init__(self, model: Model, n_ctx: typing.SupportsInt | typing.SupportsIndex = 4096, n_batch: typing.SupportsInt | typing.SupportsIndex = 512, n_threads: typing.SupportsInt | typing.SupportsIndex = 0, draft_type: str = 'auto', draft_model: Model = None) -> None:
+        """
+        Engine(model: _core.Model, n_ctx: int, n_batch: int, n_threads: int = 0 (all cores), draft_type: str = 'auto' (the draft layer as stored) | 'q8_0' | 'q4_0' (requantized at load), draft_model: _core.Model | None (a separate --mtp-only file with the NextN layer)).
+        Raises ValueError for a draft-only file as model, n_ctx / n_batch of 0, a bad draft_type, or a draft file that does not fit the model.
+        """
+    def commit(self, n_keep: typing.SupportsInt | typing.SupportsIndex) -> None:
+        """
+        Keep the first n_keep rows of the pending verify pass (1 <= n_keep <= its rows): KDA states and
+        conv windows roll back to row n_keep-1's snapshot, later attention rows are dropped. Raises RuntimeError without
+        a pending verify pass or for n_keep out of range.
+        """
+    def draft_rows(self, hidden: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], next_tokens: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], pos0: typing.SupportsInt | typing.SupportsIndex, saved_pools: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex] | None = None, saved_p0: typing.SupportsInt | typing.SupportsIndex = -1) -> dict:
+        """
+        Write NextN draft rows (hidden[i], next_tokens[i]) at positions pos0.. of the draft cache.
+        
+        hidden: float32 [n, n_embd] (trunk post-norm states, or the previous step's z); next_tokens: n ids x_{p+1}.
+        saved_pools (with saved_p0 < pos0, n == 1): attend exactly the selection row saved_p0 made (index sharing).
+        Returns a dict for the last row: "logits" float32 [n_vocab], "z" float32 [n_embd], "pools" int32 [index_topk/kpool].
+        Raises ValueError without a NextN layer, for a gap after the rows written, or past n_ctx.
+        """
+    def eval(self, tokens: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], logits_all: bool = False) -> dict:
+        """
+        Append `tokens` (list of ids) to the sequence and run the trunk over them.
+        
+        Returns a dict: "logits" float32 [n_tokens or 1, n_vocab], "hidden" float32 [n_tokens, n_embd] (post-norm),
+        "pools" {DSA layer: int32 [n_tokens, index_topk / kpool]} the chosen indexer pools per row (-1 = none; shared
+        layers report the full layer's choice they reuse).
+        Raises ValueError for no tokens, an id outside the vocabulary, or more tokens than the context has left.
+        """
+    def kda_state(self, layer: typing.SupportsInt | typing.SupportsIndex) -> dict:
+        """
+        Copies of KDA layer `layer`'s caches: conv float32 [3*inner, K-1], state float32 [n_head, d, d].
+        """
+    def reset(self) -> None:
+        """
+        Forget the sequence (caches cleared, n_past = 0).
+        """
+    def verify(self, tokens: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex]) -> dict:
+        """
+        The verify pass of a draft-MTP round over `tokens` (one ubatch), as provisional rows. Returns
+        "logits" float32 [n, n_vocab] and "hidden" float32 [n, n_embd] of every row. commit(n_keep) must follow before
+        anything else runs on the engine. Raises ValueError for rows that do not fit one ubatch or the context.
+        """
+    @property
+    def draft_requantized(self) -> dict[str, str]:
+        """
+        The draft layer's tensors requantized at load (draft_type q8_0 / q4_0): GGUF name -> ggml type name.
+        """
+    @property
+    def has_draft_head(self) -> bool:
+        ...
+    @property
+    def n_past(self) -> int:
+        """
+        Tokens in the sequence.
+        """
+    @property
+    def n_splits(self) -> int:
+        """
+        Graph splits of the last graph run (1: every op ran on one device).
+        """
+    @property
+    def tokens(self) -> list[int]:
+        """
+        The sequence's tokens (one per trunk row), a copy.
+        """
+class DraftChain:
+    """
+    The NextN draft steps of one round (runtime.md,
+    draft-MTP round, step 1): begin() writes the draft-head rows up to step 0; each next(token) is the following
+    step on (z of the step before, token). With share=True steps >= 1 attend exactly step 0's selection (index
+    sharing); with share=False each runs the head's own indexer. The caller picks the tokens.
+    """
+    def __init__(self, engine: Engine, share: bool) -> None:
+        """
+        Raises ValueError when the engine has no draft head.
+        """
+    def begin(self, hidden: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], next_tokens: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], pos0: typing.SupportsInt | typing.SupportsIndex) -> dict:
+        """
+        Step 0: write rows (hidden[i], next_tokens[i]) at positions pos0.. of the draft cache (hidden
+        float32 [n, n_embd], trunk post-norm states; the last row is step 0). Returns "logits" float32 [n_vocab], "z"
+        float32 [n_embd], "pools" int32 [index_topk / kpool] of step 0.
+        """
+    def next(self, token: typing.SupportsInt | typing.SupportsIndex) -> dict:
+        """
+        The next step on (z of the step before, token); returns its logits, z and pools (the saved ones when it reuses step 0's selection). Raises RuntimeError before begin().
+        """
+    @property
+    def selection_pos(self) -> int:
+        """
+        The position whose selection the current step attends: p0 for shared steps, else its own row.
+        """
+    @property
+    def step(self) -> int:
+        """
+        The step whose output is current (0 after begin).
+        """
+class Sampler:
+    """
+    Token sampler of one sequence (it owns the RNG: one seed fixes a generation).
+    
+    Temperature <= 0 is greedy (argmax, ties to the lowest id). Otherwise the filters run in this order on
+    softmax(logits / temperature), each on the survivors of the previous one renormalized: top_k (0 = off),
+    top_p (1 = off), min_p (0 = off, relative to the most probable token); then renormalize and draw.
+    """
+    def __init__(self, temperature: typing.SupportsFloat | typing.SupportsIndex = 0.800000011920929, top_k: typing.SupportsInt | typing.SupportsIndex = 40, top_p: typing.SupportsFloat | typing.SupportsIndex = 0.949999988079071, min_p: typing.SupportsFloat | typing.SupportsIndex = 0.05000000074505806, seed: typing.Any = None) -> None:
+        """
+        Sampler(temperature=0.8, top_k=40, top_p=0.95, min_p=0.05, seed=None (random)).
+        Raises ValueError for top_k < 0, top_p outside (0, 1], min_p outside [0, 1], a NaN temperature or a
+        seed outside [0, 2**64).
+        """
+    def accept_draft(self, p: typing.Any, q: typing.Any, token: typing.SupportsInt | typing.SupportsIndex) -> bool:
+        """
+        Speculative sampling: accept draft `token` (drawn from q) with probability min(1, p[token] / q[token]).
+        On rejection take sample_residual(p, q); the emitted tokens are then distributed exactly as p.
+        p, q: float32 [n_vocab] (target and draft distributions). Raises ValueError for another dtype or
+        shape, sizes that differ, or a token outside [0, n_vocab).
+        """
+    def distribution(self, logits: typing.Any) -> numpy.typing.NDArray[numpy.float32]:
+        """
+        float32 [n_vocab]: the filtered, normalized distribution sample() draws from (0 for filtered-out
+        tokens; one-hot at the argmax when greedy). Raises as sample().
+        """
+    def sample(self, logits: typing.Any) -> int:
+        """
+        A token id drawn from distribution(logits). logits: float32 [n_vocab].
+        Raises ValueError for another dtype or shape, a NaN logit or a maximum that is not finite.
+        """
+    def sample_from(self, p: typing.Any) -> int:
+        """
+        A token id drawn from p (float32 [n_vocab], non-negative, positive sum; need not be normalized) with
+        this sampler's RNG. Raises ValueError for another dtype or shape or no positive entry.
+        """
+    def sample_residual(self, p: typing.Any, q: typing.Any) -> int:
+        """
+        A token id from norm(max(p - q, 0)), or from p where that is all zero. Raises as accept_draft.
+        """
+    @property
+    def min_p(self) -> float:
+        ...
+    @property
+    def seed(self) -> int:
+        """
+        The seed in use (the drawn one when constructed with seed=None).
+        """
+    @property
+    def temperature(self) -> float:
+        ...
+    @property
+    def top_k(self) -> int:
+        ...
+    @property
+    def top_p(self) -> float:
+        ...
+class Generator:
+    """
+    Generation on an Engine's sequence, optionally with draft-MTP
+    speculation (runtime.md, draft-MTP round). Greedy output is the same with and without speculation; sampled
+    output keeps the target distribution (speculative sampling).
+    """
+    def __init__(self, engine: Engine, n_max: typing.SupportsInt | typing.SupportsIndex = 3, n_min: typing.SupportsInt | typing.SupportsIndex = 0, p_min: typing.SupportsFloat | typing.SupportsIndex = 0.0, index_share: typing.SupportsInt | typing.SupportsIndex = -1, synthetic_accepted: typing.SupportsFloat | typing.SupportsIndex = -1.0, temperature: typing.SupportsFloat | typing.SupportsIndex = 0.800000011920929, top_k: typing.SupportsInt | typing.SupportsIndex = 40, top_p: typing.SupportsFloat | typing.SupportsIndex = 0.949999988079071, min_p: typing.SupportsFloat | typing.SupportsIndex = 0.05000000074505806, seed: typing.SupportsInt | typing.SupportsIndex = 0) -> None:
+        """
+        n_max: drafts per round (0 = no speculation); n_min: shorter drafts are not verified; p_min: drafting stops below this top probability; index_share: -1 file, 0 off, 1 on; synthetic_accepted: benchmarks only, a fixed mean number of accepted drafts per round (< 0 = off). Raises ValueError for speculation without a NextN layer, n_max >= n_batch, or bad sampler settings.
+        """
+    def start(self, prompt: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex]) -> int:
+        """
+        Reset the sequence, evaluate `prompt` (list of ids), return the first sampled token. Raises ValueError for an empty prompt, an id outside the vocabulary or a prompt longer than the context.
+        """
+    def step(self) -> list[int]:
+        """
+        One round: returns the tokens it emits (accepted drafts, then the target's token). Raises ValueError before start() or when the context is full.
+        """
+    @property
+    def room(self) -> int:
+        """
+        Tokens the context can still take.
+        """
+    @property
+    def stats(self) -> dict:
+        """
+        Counters since start(): prompt tokens, timings (ms), speculation (n_drafts = rounds that carried drafts, n_drafted, n_accepted, acceptance_per_position, drafted_at, accepted_at, mean_accepted_length = accepted drafts + 1 per round).
+        """
+def add_rpc_servers(endpoints: collections.abc.Sequence[str], timeout_ms: typing.SupportsInt | typing.SupportsIndex = 5000) -> None:
+    """
+    add_rpc_servers(endpoints: list of 'HOST:PORT', timeout_ms=5000): add the devices of ggml RPC servers (llama.cpp's --rpc) after checking that each answers ggml's RPC hello with this ggml's protocol version (ggml's client would abort the process otherwise). An endpoint added before is skipped. Raises ValueError naming the endpoint that is malformed, unreachable or not a matching ggml RPC server, RuntimeError when this ggml was built without RPC.
+    """
+def ggml_commit() -> str:
+    """
+    llama.cpp commit the linked ggml was built from.
+    """
+def ggml_version() -> str:
+    """
+    Version string of the linked ggml, e.g. '0.25.3'.
+    """
+def list_devices(memory: bool = False) -> list:
+    """
+    list_devices(memory=False) -> list of dict(name, description, type: 'cpu'|'gpu'|'igpu'|'accel'|'meta', memory_free, memory_total (bytes; 0 unless memory=True)): ggml's registry in order, RPC servers included once added. memory=True asks each device (a network call for RPC devices; ggml's RPC client aborts the process when a server is gone).
+    """
+def selected_rows(pools: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], pos: typing.SupportsInt | typing.SupportsIndex, kpool: typing.SupportsInt | typing.SupportsIndex, select_tail: bool) -> list[int]:
+    """
+    The key positions a row at `pos` attends, ascending, given its chosen pools (list of ids, -1 = none): the graph's own rule (csrc/graph/select_ops.h). Raises ValueError for pos < 0 or kpool < 1.
+    """
+def serve_rpc(endpoint: str, n_threads: typing.SupportsInt | typing.SupportsIndex, cache_dir: str = '') -> None:
+    """
+    serve_rpc(endpoint: 'HOST:PORT', n_threads: int, cache_dir: str = ''): serve this machine's CPU as a ggml RPC device; blocks for the life of the process (ggml's RPC protocol has no authentication). Raises ValueError for a malformed endpoint, RuntimeError when ggml has no RPC backend or the server cannot start.
+    """
+def system_info() -> str:
+    """
+    CPU features of ggml's CPU backend as 'NAME = VALUE | ...' (empty string if unavailable).
+    """

@@ -1,0 +1,73 @@
+"""glm5next-server: load the -np slot models, then serve the OpenAI-compatible API (app.py) with uvicorn.
+
+    glm5next-server -m FILE [--host 127.0.0.1] [--port 8080] [-np 1] [-c 4096] [--spec-type draft-mtp] ...
+
+Everything that can fail at start-up (flags, the file, --override-kv, placement) fails before the port is
+bound: exit 2 for a usage error, 1 for a model that does not load.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import uvicorn
+
+from .app import ServerConfig, create_app
+from ..chat import ChatTemplate
+from ..model import Model
+from ..model_args import describe_model, model_kwargs, request_seed
+from .args import PROG, parse_args
+from .slots import SlotPool
+
+log = logging.getLogger("glm5next.server")
+
+
+def load_slots(args: argparse.Namespace) -> list[Model]:
+    """One Model per slot (the weights are memory-mapped, so slots share them; each has its own caches).
+    Raises ValueError when the file, an override or a placement rule is bad."""
+    models = []
+    for i in range(args.parallel):
+        models.append(Model(**model_kwargs(args)))
+        log.info("slot %d loaded", i)
+    return models
+
+
+def chat_template(model: Model, enabled: bool) -> ChatTemplate | None:
+    """The file's chat template, or None (chat off) without one or with --no-jinja. Raises ChatTemplateError."""
+    if not enabled or model.chat_template is None:
+        return None
+    special = model.tokenizer.special_ids
+    text = {name: model.detokenize([special[name]]) if name in special else "" for name in ("bos", "eos")}
+    return ChatTemplate(model.chat_template, bos_token=text["bos"], eos_token=text["eos"])
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s:     %(message)s")  # uvicorn's look
+    try:
+        models = load_slots(args)
+        template = chat_template(models[0], args.jinja)
+    except (ValueError, OSError) as e:  # ModelError and ChatTemplateError are ValueErrors
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return 1
+    for line in describe_model(models[0], args):
+        log.info("%s", line)
+    if template is None:
+        log.warning("chat is off (%s): /v1/chat/completions answers 501",
+                    "--no-jinja" if not args.jinja else "the file has no chat template")
+    name = Path(args.model).name
+    config = ServerConfig(model_name=args.alias or name, model_names=frozenset({args.alias or name, name}),
+                          chat_template=template, default_seed=request_seed(args), api_key=args.api_key)
+    app = create_app(SlotPool(models), config)
+    log.info("%d slot(s), n_ctx %d each; listening on http://%s:%d", args.parallel, models[0].n_ctx,
+             args.host, args.port)
+    # uvicorn exits non-zero by itself when the port cannot be bound
+    uvicorn.run(app, host=args.host, port=args.port, log_level="info", timeout_graceful_shutdown=5)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,93 @@
+"""Placement on real ggml devices (runtime.md, placement): the devices are glm5next-rpc-server processes on
+loopback, reached through ggml's registry, scheduler and buffers as a GPU would be. A placed model gives the
+CPU-only logits and selections, greedy draft-MTP equals plain decoding on it, and the weights the plan puts on a
+device are in that device's process."""
+from __future__ import annotations
+
+import numpy as np
+import psutil
+import pytest
+
+from conftest import random_tokens
+
+PROMPT = random_tokens(80, seed=21)  # index_topk is 16: 5x past it, so sparsity is exercised
+
+
+@pytest.fixture(scope="module")
+def gguf(checkpoints):
+    return checkpoints.convert(checkpoints.make("spec-predictable", "predictable", dtype="f32"), outtype="f32")
+
+
+@pytest.fixture(scope="module")
+def devices(rpc_servers):
+    """Two RPC devices (by endpoint); registered once per test process."""
+    from glm5next_runtime import _core
+    endpoints = [rpc_servers.get("devices-a")[0], rpc_servers.get("devices-b")[0]]
+    _core.add_rpc_servers(endpoints)
+    return endpoints
+
+
+def run(model):
+    logits = model.eval(PROMPT, logits_all=True)
+    return logits, {il: model.selected_positions(il) for il in model.dsa_layers}
+
+
+@pytest.fixture(scope="module")
+def cpu_only(gguf):
+    from glm5next_runtime import Model
+    m = Model(gguf, n_ctx=256, n_threads=2)
+    out = run(m)
+    assert m.graph_splits == 1
+    return out
+
+
+def device_name(endpoint: str) -> str:
+    from glm5next_runtime import _core
+    return next(d["name"] for d in _core.list_devices() if d["description"] == endpoint)
+
+
+PLACEMENTS = {
+    "ngl-all": lambda a, b: dict(n_gpu_layers=99),
+    "ngl-all-cpu-moe": lambda a, b: dict(n_gpu_layers=99, cpu_moe=True),
+    "ngl-partial": lambda a, b: dict(n_gpu_layers=3),
+    "override-tensor": lambda a, b: dict(override_tensor=[rf"blk\.[02]\.={a}", rf"attn_q_b={b}"]),
+    "two-devices": lambda a, b: dict(override_tensor=[rf"blk\.[0-2]\.={a}", rf"blk\.[3-9]\.={b}", rf"output={b}"]),
+}
+
+
+@pytest.mark.parametrize("placement", sorted(PLACEMENTS))
+def test_placed_model_gives_the_cpu_logits_and_selections(gguf, devices, cpu_only, placement):
+    from glm5next_runtime import Model
+    a, b = (device_name(e) for e in devices)
+    m = Model(gguf, n_ctx=256, n_threads=2, **PLACEMENTS[placement](a, b))
+    placed = {dev for dev in m.placement().values() if dev != "CPU"}
+    assert placed, "the plan puts something on a device"
+    assert set(m.devices) == placed  # the plan that is printed is the plan that runs
+    logits, selections = run(m)
+    assert m.graph_splits > 1  # the graph really crossed devices
+    want_logits, want_selections = cpu_only
+    assert np.abs(logits - want_logits).max() <= 1e-5
+    assert selections == want_selections
+
+
+def test_greedy_draft_mtp_equals_plain_decoding_when_placed(gguf, devices):
+    from glm5next_runtime import Model
+    m = Model(gguf, n_ctx=256, n_threads=2, n_gpu_layers=99, spec_type="draft-mtp", draft_n_max=3)
+    plain = m.generate(PROMPT, max_tokens=60, temperature=0, spec_n_max=0).tokens
+    spec = m.generate(PROMPT, max_tokens=60, temperature=0)
+    assert spec.tokens == plain
+    assert spec.metrics["n_accepted"] > 0  # the rounds really kept drafts
+
+
+def test_device_process_holds_the_weights_placed_on_it(gguf, rpc_servers):
+    """Measured from the server process (resident memory), not from our own accounting."""
+    from glm5next_runtime import Model, _core
+    endpoint, proc = rpc_servers.get("devices-memory")
+    _core.add_rpc_servers([endpoint])
+    name = device_name(endpoint)
+    before = psutil.Process(proc.pid).memory_info().rss
+    m = Model(gguf, n_ctx=256, n_threads=2, override_tensor=[rf"blk\.=" + name])
+    placed = sum(t.nbytes for t in m.tensors() if m.placement()[t.name] == name)
+    grown = psutil.Process(proc.pid).memory_info().rss - before
+    assert placed > 1 << 20
+    assert 0.95 * placed <= grown <= placed + (8 << 20)  # + the caches and compute buffers of a 256-token context

@@ -1,0 +1,108 @@
+"""ggml RPC devices (llama.cpp's rpc-server and --rpc): glm5next-rpc-server serves this machine's CPU on loopback,
+--rpc / Model(rpc=...) adds its device to ggml's registry, and a bad endpoint is an error naming it instead of
+ggml's abort. (Placing layers on such a device is the engine's next step; see README, Devices.)"""
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from rpc_servers import free_port
+
+from glm5next_runtime import _core
+
+BIN = Path(sys.executable).parent
+
+
+@pytest.fixture(scope="module")
+def rpc_server(rpc_servers):
+    """A server of this module's own: its subprocess clients must not wait behind this process's connection."""
+    return rpc_servers.get("test_rpc")
+
+
+def test_rpc_server_warns_that_the_protocol_has_no_authentication(rpc_server):
+    endpoint, proc = rpc_server
+    # stderr stays open while the server runs: read what the warning line wrote
+    line = proc.stderr.readline()
+    assert "no authentication" in line and endpoint in line
+
+
+def test_rpc_server_binds_loopback_by_default(rpc_server):
+    endpoint, _ = rpc_server
+    port = int(endpoint.rsplit(":", 1)[1])
+    # /proc/net/tcp: "sl local_address rem_address st ...", addresses as little-endian hex IP:port, LISTEN = 0A
+    listening = [line.split()[1] for line in Path("/proc/net/tcp").read_text().splitlines()[1:]
+                 if line.split()[3] == "0A" and int(line.split()[1].split(":")[1], 16) == port]
+    assert listening == ["0100007F:%04X" % port]  # 127.0.0.1 only, not 0.0.0.0
+
+
+def test_added_rpc_server_is_a_device(rpc_server):
+    endpoint, _ = rpc_server
+    _core.add_rpc_servers([endpoint])
+    devices = _core.list_devices()
+    rpc = [d for d in devices if d["description"] == endpoint]
+    assert len(rpc) == 1 and rpc[0]["name"].startswith("RPC"), devices
+    _core.add_rpc_servers([endpoint])  # a second time: skipped, not a second device
+    assert [d["name"] for d in _core.list_devices()] == [d["name"] for d in devices]
+
+
+@pytest.mark.parametrize("endpoint,why", [("localhost", "HOST:PORT"), ("127.0.0.1:http", "port"),
+                                          ("127.0.0.1:0", "port"), ("no-such-host.invalid:50052", "resolve")])
+def test_malformed_endpoint_is_named(endpoint, why):
+    with pytest.raises(ValueError, match=why) as e:
+        _core.add_rpc_servers([endpoint])
+    assert endpoint in str(e.value)
+
+
+def test_unreachable_endpoint_is_named_not_aborted():
+    endpoint = f"127.0.0.1:{free_port()}"  # nothing listens there
+    with pytest.raises(ValueError, match="cannot connect") as e:
+        _core.add_rpc_servers([endpoint])
+    assert endpoint in str(e.value)
+
+
+def test_a_server_that_is_not_ggml_rpc_is_named():
+    """Something listens but never answers the RPC hello (here: accepts and stays silent)."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    accepted = []
+    threading.Thread(target=lambda: accepted.append(listener.accept()), daemon=True).start()
+    endpoint = f"127.0.0.1:{listener.getsockname()[1]}"
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(ValueError, match="no ggml RPC hello") as e:
+            _core.add_rpc_servers([endpoint], timeout_ms=500)
+        assert endpoint in str(e.value)
+        assert time.monotonic() - t0 < 5
+    finally:
+        listener.close()
+
+
+def test_model_with_a_bad_rpc_endpoint_raises_naming_it(checkpoints):
+    from glm5next_runtime import Model
+    path = checkpoints.convert(checkpoints.make("rpc-tiny", "tiny", dtype="f32"), outtype="f32")
+    endpoint = f"127.0.0.1:{free_port()}"
+    with pytest.raises(ValueError, match=endpoint):
+        Model(path, n_ctx=64, rpc=[endpoint])
+
+
+def test_cli_bad_rpc_exits_1_naming_it(checkpoints):
+    path = checkpoints.convert(checkpoints.make("rpc-tiny", "tiny", dtype="f32"), outtype="f32")
+    endpoint = f"127.0.0.1:{free_port()}"
+    out = subprocess.run([str(BIN / "glm5next-cli"), "-m", str(path), "-p", "x", "-n", "1", "--rpc", endpoint],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1
+    assert endpoint in out.stderr
+
+
+def test_list_devices_includes_the_rpc_server(rpc_server):
+    endpoint, _ = rpc_server
+    out = subprocess.run([str(BIN / "glm5next-cli"), "--rpc", endpoint, "--list-devices"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "CPU" in out.stdout and endpoint in out.stdout
