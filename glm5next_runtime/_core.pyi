@@ -143,6 +143,10 @@ class Engine:
         """
         Copies of KDA layer `layer`'s caches: conv float32 [3*inner, K-1], state float32 [n_head, d, d].
         """
+    def memory(self) -> list:
+        """
+        memory() -> list of dict(device, weights, caches, compute) in bytes, one per device that holds any, the CPU last: llama.cpp's load report. compute is the scheduler's buffer, sized by the largest graph run so far.
+        """
     def reset(self) -> None:
         """
         Forget the sequence (caches cleared, n_past = 0).

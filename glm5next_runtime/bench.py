@@ -76,9 +76,10 @@ class Runner(Protocol):
 class OursRunner:
     key = OURS
 
-    def __init__(self, path: Path, n_ctx: int, n_threads: int, n_batch: int):
+    def __init__(self, path: Path, n_ctx: int, n_threads: int, n_batch: int, **placement):
+        """placement: Model's rpc / n_gpu_layers / cpu_moe (the bench's --rpc, -ngl, --cpu-moe)."""
         from .model import Model
-        self._load = partial(Model, path, n_ctx=n_ctx, n_threads=n_threads, n_batch=n_batch)
+        self._load = partial(Model, path, n_ctx=n_ctx, n_threads=n_threads, n_batch=n_batch, **placement)
         self.model = self._load()
         self._logits: np.ndarray | None = None
         # draft type -> a model whose draft layer has that type: requantizing is done once, at its load, and a
@@ -297,6 +298,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("-b", "--batch-size", type=_positive("-b"), default=512,
                    help="prefill ubatch size, for both engines (default 512)")
     p.add_argument("-r", "--repetitions", type=_positive("-r"), default=3, help="runs per test (default 3)")
+    p.add_argument("--rpc", metavar="HOST:PORT[,...]", help="ggml RPC servers whose devices join (as glm5next-server)")
+    p.add_argument("-ngl", "--n-gpu-layers", type=int, default=0, metavar="N",
+                   help="offload the last N layers (trunk + output layer) to the first offload device (0)")
+    p.add_argument("--cpu-moe", action="store_true", help="keep the routed experts on the CPU")
     p.add_argument("--llama-cpp", action="store_true",
                    help="also run every row on llama-cpp-python (same file, threads, batch), interleaved")
     p.add_argument("--tg-tokens", choices=["random", "argmax"], default="random",
@@ -338,6 +343,10 @@ def _human_params(n: float) -> str:
 
 def model_info(ours: OursRunner, path: Path, threads: int, n_batch: int, n_ctx: int) -> dict[str, Any]:
     m = ours.model
+    prefill_splits = m.graph_splits  # of the warm-up ubatch
+    m.reset()
+    m.eval([0])  # a decode token's graph (the rows reset the sequence before they run)
+    decode_splits = m.graph_splits
     tensors = m.tensors()
     size = sum(t.nbytes for t in tensors)
     params = sum(math.prod(t.shape) for t in tensors)
@@ -352,7 +361,9 @@ def model_info(ours: OursRunner, path: Path, threads: int, n_batch: int, n_ctx: 
     arch = m.metadata("general.architecture")
     return {"model": f"{arch} {_human_params(params).replace(' ', '')} {ftype}", "path": str(path),
             "file_bytes": path.stat().st_size, "size_bytes": size, "params": params,
-            "backend": ",".join(sorted(set(m.placement().values()))), "threads": threads, "n_batch": n_batch,
+            "backend": ",".join(sorted(set(m.placement().values()))) + f" ({decode_splits} splits)",
+            "graph_splits": {"decode": decode_splits, "prefill": prefill_splits}, "threads": threads,
+            "n_batch": n_batch,
             "n_ctx": n_ctx}
 
 
@@ -435,9 +446,9 @@ def _inputs(ours: OursRunner, n_depth: int, n_prompt: int, n_gen: int, seed: int
     return Inputs(depth=draw(n_depth), prompt=draw(n_prompt), gen=draw(n_gen + 1), tg_argmax=tg_argmax)
 
 
-def _load(cls: type, what: str, path: Path, n_ctx: int, threads: int, n_batch: int):
+def _load(cls: type, what: str, path: Path, n_ctx: int, threads: int, n_batch: int, **placement):
     try:
-        return cls(path, n_ctx, threads, n_batch)
+        return cls(path, n_ctx, threads, n_batch, **placement)
     except BenchError:
         raise
     except (ValueError, RuntimeError, OSError) as e:
@@ -462,6 +473,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.spec_prompts and 0 in args.n_depth:
         raise BenchError("--spec-prompts takes the prompt length from -d: give depths >= 1")
     texts = [_read_text(f) for f in args.spec_prompts]
+    if args.llama_cpp and (args.rpc or args.n_gpu_layers):
+        raise BenchError("--llama-cpp runs llama-cpp-python on the CPU (its Python API has no RPC client): "
+                         "compare a placement (--rpc, -ngl) with glm5next-bench's own CPU-only rows instead")
     if args.llama_cpp:
         try:
             import llama_cpp  # noqa: F401  (imported before the memory baseline)
@@ -484,7 +498,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             memory.append({"stage": stage, **s})
 
     snap("baseline (imports)")
-    ours = _load(OursRunner, PROG, path, n_ctx, args.threads, args.batch_size)
+    placement = dict(rpc=args.rpc.split(",") if args.rpc else [], n_gpu_layers=args.n_gpu_layers,
+                     cpu_moe=args.cpu_moe)
+    ours = _load(OursRunner, PROG, path, n_ctx, args.threads, args.batch_size, **placement)
     snap("glm5next loaded")
     inputs = _inputs(ours, max(max_depth, warm_n), max_prompt, max_gen, args.seed, args.tg_tokens == "argmax")
     _first_eval(ours, inputs, warm_n)

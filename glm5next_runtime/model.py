@@ -28,11 +28,19 @@ class TensorInfo(NamedTuple):
     nbytes: int
 
 
-def offload_devices() -> list[str]:
-    """ggml device names that can hold weights: "CPU" first, then GPUs (accelerators such as BLAS only speed up
-    CPU work and are not placement targets)."""
-    gpus = [d["name"] for d in _core.list_devices() if d["type"] in ("gpu", "igpu")]
-    return [CPU, *gpus]
+def offload_devices(names: Sequence[str] | None = None) -> list[str]:
+    """ggml device names that can hold weights: "CPU" first, then the offload devices: GPUs and RPC servers
+    (accelerators such as BLAS only speed up CPU work and are not placement targets). `names` (-dev) picks
+    offload devices by name, in that order; ["none"] offloads nothing. Raises ValueError naming an unknown one."""
+    available = [d["name"] for d in _core.list_devices() if d["type"] in ("gpu", "igpu")]
+    if names is None:
+        return [CPU, *available]
+    if list(names) == ["none"]:
+        return [CPU]
+    for name in names:
+        if name not in available:
+            raise ValueError(f"--device {name!r}: unknown offload device (available: {', '.join(available) or 'none'})")
+    return [CPU, *names]
 
 
 def _tokenizer(core: _core.Model) -> Tokenizer:
@@ -62,7 +70,10 @@ class Model:
         n_threads: CPU threads (-t); None = all cores.
         n_batch: prompt tokens per forward pass (-b), >= 1.
         override_kv: llama.cpp --override-kv "KEY=TYPE:VALUE" strings (see _core.Model).
-        n_gpu_layers, cpu_moe, n_cpu_moe, override_tensor: placement as in llama-server (see placement.py).
+        n_gpu_layers, cpu_moe, n_cpu_moe, override_tensor, split_mode, tensor_split, main_gpu, draft_device:
+            placement as in llama-server (-ngl, --cpu-moe, --n-cpu-moe, -ot, -sm, -ts, -mg, -devd; see
+            placement.py).
+        devices: -dev, the offload devices to use by name (None: every GPU and RPC device; ["none"]: none).
         spec_type: "draft-mtp" (speculate with the file's NextN layer), "none", or None: draft-mtp when the file
             has a NextN layer, else none.
         draft_n_max, draft_n_min, draft_p_min: drafts per round, the shortest draft worth verifying, and the draft
@@ -84,7 +95,8 @@ class Model:
                  override_tensor: Sequence[str] = (), spec_type: str | None = None, draft_n_max: int = 3,
                  draft_n_min: int = 0, draft_p_min: float = 0.0, spec_index_share: str = "auto",
                  spec_draft_type: str = "auto", draft_model: str | os.PathLike | None = None,
-                 rpc: Sequence[str] = ()):
+                 rpc: Sequence[str] = (), devices: Sequence[str] | None = None, split_mode: str = "layer",
+                 tensor_split: Sequence[float] | None = None, main_gpu: int = 0, draft_device: str | None = None):
         for name, value in (("n_ctx", n_ctx), ("n_batch", n_batch), ("n_threads", n_threads)):
             if value is not None and value < 1:
                 raise ValueError(f"{name} = {value}: must be >= 1")
@@ -94,8 +106,10 @@ class Model:
         self._n_ctx = n_ctx
         self.n_threads = n_threads or os.cpu_count() or 1
         self.n_batch = n_batch
+        self._offload = offload_devices(devices)
         self._placement_args = dict(n_gpu_layers=n_gpu_layers, cpu_moe=cpu_moe, n_cpu_moe=n_cpu_moe,
-                                    override_tensor=tuple(override_tensor))
+                                    override_tensor=tuple(override_tensor), split_mode=split_mode,
+                                    tensor_split=tensor_split, main_gpu=main_gpu, draft_device=draft_device)
         self._placement = self._plan()  # plan at load so a bad -ot rule fails here, naming it
         self._core.place({name: device for name, device in self._placement.items() if device != CPU})
         self._draft_core = _core.Model(os.fspath(draft_model), list(override_kv)) if draft_model else None
@@ -274,6 +288,11 @@ class Model:
         """The devices other than the CPU that hold this model's weights (as placed at load, see placement())."""
         return list(self._core.devices)
 
+    def memory(self) -> list[dict]:
+        """llama.cpp's load report: per device that holds anything, {"device", "weights", "caches", "compute"} in
+        bytes, the CPU last; compute is the scheduler's buffer, sized by the largest graph run so far."""
+        return self._engine.memory()
+
     @property
     def graph_splits(self) -> int:
         """Splits of the last graph run by ggml's scheduler: 1 when every op ran on one device, more when the
@@ -292,4 +311,4 @@ class Model:
     def _plan(self) -> dict[str, str]:
         hp = self.hparams
         names = [t.name for t in self.tensors()]
-        return plan_placement(names, hp["n_layer_all"], hp["n_trunk"], offload_devices(), **self._placement_args)
+        return plan_placement(names, hp["n_layer_all"], hp["n_trunk"], self._offload, **self._placement_args)

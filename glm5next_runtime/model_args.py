@@ -8,14 +8,25 @@ from typing import Any
 
 from . import _core
 from .model import INDEX_SHARE, SPEC_TYPES, Model
-from .placement import describe_placement
+from .placement import SPLIT_MODES, describe_placement
 
 DRAFT_TYPES = ("auto", "q8_0", "q4_0")
 
 
-def split_servers(value: str) -> list[str]:
-    """--rpc "HOST:PORT[,HOST:PORT...]" -> the endpoints (empty items dropped)."""
+def split_list(value: str) -> list[str]:
+    """A comma-separated flag value (--rpc "HOST:PORT,HOST:PORT", -dev "CUDA0,RPC0") -> its items (empty ones
+    dropped)."""
     return [item.strip() for item in value.split(",") if item.strip()]
+
+
+def parse_tensor_split(value: str | None) -> list[float] | None:
+    """-ts "3,1" or "3/1" (llama.cpp accepts both separators) -> [3.0, 1.0]. Raises ValueError naming it."""
+    if not value:
+        return None
+    try:
+        return [float(x) for x in value.replace("/", ",").split(",")]
+    except ValueError:
+        raise ValueError(f"--tensor-split {value!r}: expected numbers separated by ',' or '/'") from None
 
 
 class ListDevices(argparse.Action):
@@ -27,7 +38,7 @@ class ListDevices(argparse.Action):
 
     def __call__(self, parser, namespace, values, option_string=None):
         try:
-            _core.add_rpc_servers(split_servers(getattr(namespace, "rpc", None) or ""))
+            _core.add_rpc_servers(split_list(getattr(namespace, "rpc", None) or ""))
         except (ValueError, RuntimeError) as e:
             parser.exit(1, f"{parser.prog}: {e}\n")
         print("Available devices:")
@@ -55,6 +66,16 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rpc", metavar="HOST:PORT[,...]",
                    help="ggml RPC servers (glm5next-rpc-server) whose devices join this process's (comma-separated)")
     p.add_argument("--list-devices", action=ListDevices, help="print the available devices and exit")
+    p.add_argument("-dev", "--device", metavar="DEV[,DEV...]",
+                   help="offload devices to use, in order (none: no offload; default: every GPU and RPC device)")
+    p.add_argument("-sm", "--split-mode", choices=SPLIT_MODES, default="layer",
+                   help="how offloaded layers use several devices: layer (split by -ts) or none (-mg only)")
+    p.add_argument("-ts", "--tensor-split", metavar="N0,N1,...",
+                   help="proportions of the offloaded layers per device (default: equal)")
+    p.add_argument("-mg", "--main-gpu", type=int, default=0, metavar="I",
+                   help="the device (index among the offload devices) that -sm none uses (0)")
+    p.add_argument("-devd", "--device-draft", metavar="DEV",
+                   help="device of the draft (NextN) layer (default: the device of the last trunk layer)")
     p.add_argument("-ot", "--override-tensor", action="append", default=[], metavar="REGEX=DEVICE",
                    help="put tensors matching REGEX on DEVICE (repeatable; comma-separated lists too)")
     p.add_argument("--spec-type", choices=SPEC_TYPES,
@@ -80,7 +101,10 @@ def model_kwargs(args: argparse.Namespace) -> dict[str, Any]:
                 n_cpu_moe=args.n_cpu_moe, override_tensor=args.override_tensor, spec_type=args.spec_type,
                 draft_n_max=args.spec_draft_n_max, draft_n_min=args.spec_draft_n_min,
                 draft_p_min=args.spec_draft_p_min, spec_index_share=args.spec_index_share,
-                spec_draft_type=args.spec_draft_type, draft_model=args.model_draft, rpc=split_servers(args.rpc or ""))
+                spec_draft_type=args.spec_draft_type, draft_model=args.model_draft, rpc=split_list(args.rpc or ""),
+                devices=split_list(args.device) if args.device else None, split_mode=args.split_mode,
+                tensor_split=parse_tensor_split(args.tensor_split), main_gpu=args.main_gpu,
+                draft_device=args.device_draft)
 
 
 def request_seed(args: argparse.Namespace) -> int | None:
@@ -89,7 +113,8 @@ def request_seed(args: argparse.Namespace) -> int | None:
 
 
 def describe_model(model: Model, args: argparse.Namespace) -> list[str]:
-    """Load-log lines: the placement plan summary and which speculation runs (and why)."""
+    """Load-log lines: the placement plan summary, the memory per device (weights and caches; the compute buffers
+    come with the first request) and which speculation runs (and why)."""
     if model.spec_type == "draft-mtp":
         source = f"the NextN layer of {args.model_draft}" if args.model_draft else "the file's NextN layer"
         spec = (f"draft-mtp with {source} (n_max {args.spec_draft_n_max}, n_min {args.spec_draft_n_min}, "
@@ -97,4 +122,7 @@ def describe_model(model: Model, args: argparse.Namespace) -> list[str]:
                 f"draft type {args.spec_draft_type})")
     else:
         spec = "none (--spec-type none)" if args.spec_type == "none" else "none (the file has no NextN layer)"
-    return [f"placement: {describe_placement(model.placement())}", f"speculation: {spec}"]
+    memory = [f"{m['device']}: weights {m['weights'] / 2**20:.1f} MiB, caches {m['caches'] / 2**20:.1f} MiB"
+              for m in model.memory()]
+    return [f"placement: {describe_placement(model.placement())}", f"memory: {'; '.join(memory)}",
+            f"speculation: {spec}"]

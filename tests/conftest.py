@@ -41,10 +41,8 @@ def checkpoints(tmp_path_factory) -> Checkpoints:
 
 @pytest.fixture(scope="session")
 def rpc_servers() -> RpcServers:
-    """glm5next-rpc-server processes on loopback, by name, alive for the whole session (see rpc_servers.py)."""
-    servers = RpcServers()
-    yield servers
-    servers.stop()
+    """glm5next-rpc-server processes on loopback, by name, alive until the test process ends (see rpc_servers.py)."""
+    return RpcServers()
 
 
 def random_tokens(n: int, vocab: int = 380, seed: int = 0) -> list[int]:

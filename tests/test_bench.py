@@ -215,3 +215,19 @@ def test_spec_prompts_unreadable(capsys, tiny_q8, tmp_path):
     rc, _, err = _run(capsys, ["-m", str(tiny_q8), "-p", "0", "-n", "2", "-d", "4", "--spec-n-max", "2",
                                "--spec-prompts", str(tmp_path / "missing.py")])
     assert rc == 2 and "cannot read" in err and "missing.py" in err
+
+
+def test_placement_over_rpc_reports_graph_splits(capsys, tiny_q8, rpc_servers):
+    """-ngl over an RPC device: the rows run placed, and the report says where and in how many graph splits."""
+    endpoint, _ = rpc_servers.get("bench")
+    rc, out, err = _run(capsys, ["-m", str(tiny_q8), "-p", "16", "-n", "4", "-r", "1", "-t", "1", "-b", "8",
+                                 "--rpc", endpoint, "-ngl", "99", "-o", "json"])
+    assert rc == 0, err
+    info = json.loads(out)["model"]
+    assert info["backend"].startswith("CPU,RPC")
+    assert info["graph_splits"]["decode"] > 1 and info["graph_splits"]["prefill"] > 1
+
+
+def test_placement_with_llama_cpp_is_refused(capsys, tiny_q8):
+    rc, _, err = _run(capsys, ["-m", str(tiny_q8), *SMALL, "-ngl", "99", "--llama-cpp"])
+    assert rc == 2 and "--llama-cpp runs llama-cpp-python on the CPU" in err

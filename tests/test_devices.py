@@ -51,7 +51,9 @@ PLACEMENTS = {
     "ngl-all-cpu-moe": lambda a, b: dict(n_gpu_layers=99, cpu_moe=True),
     "ngl-partial": lambda a, b: dict(n_gpu_layers=3),
     "override-tensor": lambda a, b: dict(override_tensor=[rf"blk\.[02]\.={a}", rf"attn_q_b={b}"]),
-    "two-devices": lambda a, b: dict(override_tensor=[rf"blk\.[0-2]\.={a}", rf"blk\.[3-9]\.={b}", rf"output={b}"]),
+    "two-devices-ts": lambda a, b: dict(n_gpu_layers=99, devices=[a, b], tensor_split=[1, 1]),
+    "trunk-on-device-draft-on-cpu": lambda a, b: dict(n_gpu_layers=99, devices=[a], draft_device="CPU"),
+    "trunk-on-cpu-draft-on-device": lambda a, b: dict(devices=[a], draft_device=a),
 }
 
 
@@ -63,16 +65,21 @@ def test_placed_model_gives_the_cpu_logits_and_selections(gguf, devices, cpu_onl
     placed = {dev for dev in m.placement().values() if dev != "CPU"}
     assert placed, "the plan puts something on a device"
     assert set(m.devices) == placed  # the plan that is printed is the plan that runs
+    if placement == "two-devices-ts":
+        assert placed == {a, b}
     logits, selections = run(m)
-    assert m.graph_splits > 1  # the graph really crossed devices
+    trunk_placed = any(dev != "CPU" for name, dev in m.placement().items() if not name.startswith(f"blk.{m.hparams['n_trunk']}."))
+    assert (m.graph_splits > 1) == trunk_placed  # the trunk's graph crossed devices iff trunk weights were placed
     want_logits, want_selections = cpu_only
     assert np.abs(logits - want_logits).max() <= 1e-5
     assert selections == want_selections
 
 
-def test_greedy_draft_mtp_equals_plain_decoding_when_placed(gguf, devices):
+@pytest.mark.parametrize("placement", sorted(PLACEMENTS))
+def test_greedy_draft_mtp_equals_plain_decoding_when_placed(gguf, devices, placement):
     from glm5next_runtime import Model
-    m = Model(gguf, n_ctx=256, n_threads=2, n_gpu_layers=99, spec_type="draft-mtp", draft_n_max=3)
+    a, b = (device_name(e) for e in devices)
+    m = Model(gguf, n_ctx=256, n_threads=2, spec_type="draft-mtp", draft_n_max=3, **PLACEMENTS[placement](a, b))
     plain = m.generate(PROMPT, max_tokens=60, temperature=0, spec_n_max=0).tokens
     spec = m.generate(PROMPT, max_tokens=60, temperature=0)
     assert spec.tokens == plain

@@ -98,3 +98,43 @@ def test_model_plan_on_this_machine(checkpoints):
     assert "CPU" in describe_placement(p)
     with pytest.raises(ValueError, match="unknown device 'NoSuchDevice0'"):
         Model(path, override_tensor=["exps=NoSuchDevice0"])
+
+
+TWO = ["CPU", "CUDA0", "CUDA1"]
+
+
+def trunk_devices(p):
+    return [p[f"blk.{il}.attn_norm.weight"] for il in range(N_TRUNK)] + [p["output.weight"]]
+
+
+@pytest.mark.parametrize("kw,want", [
+    # llama.cpp's load_tensors: offloaded entry j of n goes to the first device whose cumulative share > j / n
+    (dict(n_gpu_layers=99), ["CUDA0", "CUDA0", "CUDA0", "CUDA1", "CUDA1"]),
+    (dict(n_gpu_layers=99, tensor_split=[1, 1]), ["CUDA0", "CUDA0", "CUDA0", "CUDA1", "CUDA1"]),
+    (dict(n_gpu_layers=99, tensor_split=[1, 4]), ["CUDA0", "CUDA1", "CUDA1", "CUDA1", "CUDA1"]),
+    (dict(n_gpu_layers=99, tensor_split=[0, 1]), ["CUDA1"] * 5),
+    (dict(n_gpu_layers=99, tensor_split=[3]), ["CUDA0"] * 5),  # missing proportions are 0
+    (dict(n_gpu_layers=2, tensor_split=[1, 1]), ["CPU", "CPU", "CPU", "CUDA0", "CUDA1"]),
+    (dict(n_gpu_layers=99, split_mode="none"), ["CUDA0"] * 5),
+    (dict(n_gpu_layers=99, split_mode="none", main_gpu=1), ["CUDA1"] * 5),
+])
+def test_layers_split_over_devices_as_llama_cpp_does(kw, want):
+    assert trunk_devices(plan(devices=TWO, **kw)) == want
+
+
+def test_draft_layer_follows_the_last_trunk_layer_unless_given_a_device():
+    assert plan(devices=TWO, n_gpu_layers=99)["blk.4.nextn.eh_proj.weight"] == "CUDA1"
+    assert plan(devices=TWO, n_gpu_layers=99, draft_device="CPU")["blk.4.nextn.eh_proj.weight"] == "CPU"
+    assert plan(devices=TWO, draft_device="CUDA0")["blk.4.nextn.eh_proj.weight"] == "CUDA0"
+
+
+@pytest.mark.parametrize("kw,message", [
+    (dict(split_mode="row"), "split_mode 'row'"),
+    (dict(main_gpu=2), "main_gpu = 2"),
+    (dict(tensor_split=[1, 1, 1]), "tensor_split [1, 1, 1]"),
+    (dict(tensor_split=[0, 0]), "tensor_split [0, 0]"),
+    (dict(tensor_split=[-1, 2]), "tensor_split [-1, 2]"),
+])
+def test_bad_split_arguments_name_the_culprit(kw, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        plan(devices=TWO, n_gpu_layers=99, **kw)

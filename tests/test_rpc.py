@@ -1,6 +1,7 @@
 """ggml RPC devices (llama.cpp's rpc-server and --rpc): glm5next-rpc-server serves this machine's CPU on loopback,
---rpc / Model(rpc=...) adds its device to ggml's registry, and a bad endpoint is an error naming it instead of
-ggml's abort. (Placing layers on such a device is the engine's next step; see README, Devices.)"""
+--rpc / Model(rpc=...) adds its device to ggml's registry, a bad endpoint is an error naming it instead of
+ggml's abort, and a device lost mid-generation ends the process with a message naming it, never a hang.
+(Placement on these devices: test_devices.py.)"""
 from __future__ import annotations
 
 import socket
@@ -26,8 +27,7 @@ def rpc_server(rpc_servers):
 
 def test_rpc_server_warns_that_the_protocol_has_no_authentication(rpc_server):
     endpoint, proc = rpc_server
-    # stderr stays open while the server runs: read what the warning line wrote
-    line = proc.stderr.readline()
+    line = proc.log.read_text().splitlines()[0]
     assert "no authentication" in line and endpoint in line
 
 
@@ -106,3 +106,31 @@ def test_list_devices_includes_the_rpc_server(rpc_server):
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "CPU" in out.stdout and endpoint in out.stdout
+
+
+def test_device_lost_mid_generation_ends_the_process_naming_it(checkpoints, tmp_path):
+    """ggml's RPC client aborts when its server goes away; the process then ends with status 1 and names the
+    endpoint (say which of request failure or process end: process end, since ggml aborts inside its client)."""
+    from rpc_servers import start_rpc_server, wait_listening
+    path = checkpoints.convert(checkpoints.make("rpc-tiny", "tiny", dtype="f32"), outtype="f32")
+    port = free_port()
+    server = start_rpc_server(port)
+    wait_listening(port, server)
+    endpoint = f"127.0.0.1:{port}"
+    script = tmp_path / "lose.py"
+    script.write_text(f"""
+import os, signal, sys
+from glm5next_runtime import Model
+m = Model({str(path)!r}, n_ctx=256, n_threads=1, n_gpu_layers=99, rpc=[{endpoint!r}], spec_type="none")
+stream = m.generate("def f(x):", max_tokens=200, temperature=0, stream=True)
+for i, piece in enumerate(stream):
+    if i == 5:
+        os.kill({server.pid}, signal.SIGKILL)
+print("generation finished", file=sys.stderr)
+""")
+    t0 = time.monotonic()
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1, out.stderr[-2000:]
+    assert f"RPC device lost (no longer reachable): {endpoint}" in out.stderr
+    assert "generation finished" not in out.stderr
+    assert time.monotonic() - t0 < 60

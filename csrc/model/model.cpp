@@ -143,10 +143,12 @@ std::unique_ptr<Model> Model::load(const std::string & path, const std::vector<K
     return m;
 }
 
-ggml_backend_dev_t device_of(const ggml_tensor * weight) {
-    ggml_backend_dev_t dev = weight->buffer ? ggml_backend_buft_get_device(ggml_backend_buffer_get_type(weight->buffer)) : nullptr;
-    return dev ? dev : ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);  // the mapping's buffer has no device
+ggml_backend_dev_t device_of(ggml_backend_buffer_t buffer) {
+    ggml_backend_dev_t dev = buffer ? ggml_backend_buft_get_device(ggml_backend_buffer_get_type(buffer)) : nullptr;
+    return dev ? dev : ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
 }
+
+ggml_backend_dev_t device_of(const ggml_tensor * weight) { return device_of(weight->buffer); }
 
 void Model::place(const std::map<std::string, std::string> & device_of) {
     if (!devices_.empty()) throw ModelError(path + ": the weights are placed already");

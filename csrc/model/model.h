@@ -62,7 +62,10 @@ private:
     std::vector<ggml_backend_dev_t> devices_;
 };
 
-// The device whose memory holds `weight`: its buffer's device, the CPU for the memory-mapped file.
+// The device whose memory holds `buffer`: its buffer type's device, the CPU for ggml's CPU buffer types (which
+// name no device) and the memory-mapped file.
+ggml_backend_dev_t device_of(ggml_backend_buffer_t buffer);
+// The device whose memory holds `weight` (see above).
 ggml_backend_dev_t device_of(const ggml_tensor * weight);
 
 }  // namespace glm5next

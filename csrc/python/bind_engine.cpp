@@ -187,6 +187,21 @@ a pending verify pass or for n_keep out of range.)doc")
         .def("kda_state", &glm5next::kda_state, py::arg("layer"),
              "Copies of KDA layer `layer`'s caches: conv float32 [3*inner, K-1], state float32 [n_head, d, d].")
         .def_property_readonly("has_draft_head", &Engine::has_draft_head)
+        .def("memory", [](const Engine & e) {
+                py::list out;
+                for (const glm5next::DeviceMemory & m : e.memory()) {
+                    py::dict row;
+                    row["device"] = m.device;
+                    row["weights"] = m.weights;
+                    row["caches"] = m.caches;
+                    row["compute"] = m.compute;
+                    out.append(row);
+                }
+                return out;
+            },
+            "memory() -> list of dict(device, weights, caches, compute) in bytes, one per device that holds any, the "
+            "CPU last: llama.cpp's load report. compute is the scheduler's buffer, sized by the largest graph run "
+            "so far.")
         .def_property_readonly("n_splits", &Engine::n_splits,
                                "Graph splits of the last graph run (1: every op ran on one device).")
         .def_property_readonly("draft_requantized", [](const Engine & e) {

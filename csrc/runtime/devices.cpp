@@ -8,8 +8,10 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
-#include <set>
+#include <mutex>
+#include <algorithm>
 #include <stdexcept>
 
 #include "ggml-backend.h"
@@ -62,6 +64,9 @@ void split_endpoint(const std::string & endpoint, std::string & host, std::strin
 // A connected socket, closed on scope exit.
 struct Socket {
     int fd = -1;
+    Socket() = default;
+    Socket(Socket && o) noexcept : fd(o.fd) { o.fd = -1; }
+    Socket(const Socket &) = delete;
     ~Socket() {
         if (fd >= 0) close(fd);
     }
@@ -98,11 +103,9 @@ bool recv_all(int fd, void * data, size_t n, std::chrono::steady_clock::time_poi
     return true;
 }
 
-// Connects to `endpoint` and exchanges ggml's RPC hello; throws std::invalid_argument naming what failed.
-void check_rpc_endpoint(const std::string & endpoint, int timeout_ms) {
-    std::string host, port;
-    split_endpoint(endpoint, host, port);
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+// A TCP connection to host:port within the deadline: the connected socket, or fd -1 and `why`.
+Socket connect_to(const std::string & endpoint, const std::string & host, const std::string & port,
+                  std::chrono::steady_clock::time_point deadline, std::string & why) {
     addrinfo hints{};
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
@@ -111,7 +114,7 @@ void check_rpc_endpoint(const std::string & endpoint, int timeout_ms) {
         throw std::invalid_argument("--rpc " + endpoint + ": cannot resolve host '" + host + "': " + gai_strerror(rc));
     }
     Socket s;
-    std::string why = "no address";
+    why = "no address";
     for (addrinfo * a = found; a != nullptr && s.fd < 0; a = a->ai_next) {
         const int fd = socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
         if (fd < 0) continue;
@@ -128,6 +131,15 @@ void check_rpc_endpoint(const std::string & endpoint, int timeout_ms) {
         }
     }
     freeaddrinfo(found);
+    return s;
+}
+
+// Connects to `endpoint` and exchanges ggml's RPC hello; throws std::invalid_argument naming what failed.
+void check_rpc_endpoint(const std::string & endpoint, int timeout_ms) {
+    std::string host, port, why;
+    split_endpoint(endpoint, host, port);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    Socket s = connect_to(endpoint, host, port, deadline, why);
     if (s.fd < 0) throw std::invalid_argument("--rpc " + endpoint + ": cannot connect: " + why);
 
     uint8_t request[1 + 8 + kRpcCapsSize] = {kRpcHello};
@@ -148,6 +160,30 @@ void check_rpc_endpoint(const std::string & endpoint, int timeout_ms) {
     }
 }
 
+std::mutex added_mutex;
+std::vector<std::string> added;  // endpoints of the RPC servers in the registry (which keeps them for good)
+
+// ggml's RPC client aborts the process when a server goes away (GGML_ABORT in ggml-rpc.cpp): say which one, then
+// end the process with status 1 (no backtrace: the cause is the lost device, not a bug).
+void on_ggml_abort(const char * message) {
+    std::string lost;
+    for (const std::string & endpoint : added) {  // no lock: the process is ending, and `added` only grows
+        std::string host, port, why;
+        split_endpoint(endpoint, host, port);
+        try {
+            if (connect_to(endpoint, host, port, std::chrono::steady_clock::now() + std::chrono::milliseconds(500), why).fd < 0) {
+                lost += " " + endpoint;
+            }
+        } catch (const std::exception &) {
+            lost += " " + endpoint;
+        }
+    }
+    std::fprintf(stderr, "glm5next: ggml ended the process: %s\n", message);
+    if (!lost.empty()) std::fprintf(stderr, "glm5next: RPC device lost (no longer reachable):%s\n", lost.c_str());
+    std::fflush(stderr);
+    _exit(1);
+}
+
 }  // namespace
 
 std::vector<DeviceInfo> list_devices(bool memory) {
@@ -162,15 +198,16 @@ std::vector<DeviceInfo> list_devices(bool memory) {
 }
 
 void add_rpc_servers(const std::vector<std::string> & endpoints, int timeout_ms) {
-    static std::set<std::string> added;  // the registry keeps devices for the life of the process
+    const std::lock_guard<std::mutex> lock(added_mutex);
     using add_server_t = ggml_backend_reg_t (*)(const char *);
     auto add_server = (add_server_t) ggml_backend_reg_get_proc_address(rpc_reg(), "ggml_backend_rpc_add_server");
     if (add_server == nullptr) throw std::runtime_error("the RPC backend has no ggml_backend_rpc_add_server");
     for (const std::string & endpoint : endpoints) {
-        if (added.count(endpoint)) continue;
+        if (std::find(added.begin(), added.end(), endpoint) != added.end()) continue;
         check_rpc_endpoint(endpoint, timeout_ms);
         ggml_backend_register(add_server(endpoint.c_str()));
-        added.insert(endpoint);
+        added.push_back(endpoint);
+        ggml_set_abort_callback(on_ggml_abort);
     }
 }
 

@@ -25,6 +25,8 @@ std::vector<DeviceInfo> list_devices(bool memory);
 // first checked here: it parses, something accepts a TCP connection there within `timeout_ms`, and it answers
 // ggml's RPC hello with this ggml's protocol version, because ggml's RPC client aborts the process on a failed
 // connection or handshake. An endpoint added before is skipped. Throws std::invalid_argument naming the endpoint.
+// From then on, when ggml aborts (its RPC client does when a server goes away mid-run), the process ends with
+// status 1 and a message naming the endpoints that no longer answer, instead of ggml's backtrace.
 void add_rpc_servers(const std::vector<std::string> & endpoints, int timeout_ms = 5000);
 
 // Serves this machine's CPU backend as a ggml RPC device at `endpoint` ("HOST:PORT") with `n_threads` threads,

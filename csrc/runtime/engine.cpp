@@ -1,6 +1,7 @@
 #include "runtime/engine.h"
 
 #include <algorithm>
+#include <map>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -73,6 +74,37 @@ Engine::Engine(const Model & model, const EngineParams & params, const Model * d
 Engine::~Engine() {
     ggml_backend_sched_free(sched_);
     for (ggml_backend_t b : backends_) ggml_backend_free(b);
+}
+
+std::vector<DeviceMemory> Engine::memory() const {
+    std::map<ggml_backend_dev_t, DeviceMemory> by_dev;
+    auto add_weights = [&](const Model & m) {
+        for (const auto & [name, t] : m.tensors) by_dev[device_of(t)].weights += ggml_nbytes(t);
+    };
+    add_weights(model_);
+    if (&draft_model_ != &model_) add_weights(draft_model_);
+    if (draft_weights_) {  // requantized draft tensors: counted where they live, instead of as stored
+        for (const auto & [name, type] : draft_weights_->requantized()) {
+            const ggml_tensor * stored = draft_model_.tensors.at(name);
+            by_dev[device_of(stored)].weights += ggml_row_size(type, stored->ne[0]) * ggml_nrows(stored) - ggml_nbytes(stored);
+        }
+    }
+    for (const SeqCache * c : {static_cast<const SeqCache *>(&cache_), static_cast<const SeqCache *>(draft_cache_.get())}) {
+        if (c == nullptr) continue;
+        for (const auto & [dev, n] : c->bytes_by_device()) by_dev[dev].caches += n;
+    }
+    for (ggml_backend_t b : backends_) {
+        by_dev[ggml_backend_get_device(b)].compute += ggml_backend_sched_get_buffer_size(sched_, b);
+    }
+    std::vector<DeviceMemory> out;
+    ggml_backend_dev_t cpu = ggml_backend_get_device(cpu_);
+    for (auto & [dev, m] : by_dev) {
+        m.device = ggml_backend_dev_name(dev);
+        if (dev != cpu) out.push_back(m);
+    }
+    by_dev[cpu].device = ggml_backend_dev_name(cpu);
+    out.push_back(by_dev[cpu]);
+    return out;
 }
 
 // This project's custom ops (GGML_OP_CUSTOM: graph/select_ops.h, graph/mhc_ops.h) have CPU kernels only. ggml's

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "ggml-alloc.h"
@@ -19,6 +20,14 @@ struct EngineParams {
     uint32_t n_batch = 512;  // rows per ubatch
     int n_threads = 0;       // 0 = hardware concurrency
     ggml_type draft_type = GGML_TYPE_COUNT;  // the draft layer as stored, or requantized (q8_0 / q4_0)
+};
+
+// Memory one device holds for this engine (bytes), as llama.cpp's load report gives it.
+struct DeviceMemory {
+    std::string device;
+    size_t weights = 0;  // the model's (and draft file's) weights on it
+    size_t caches = 0;   // the sequence caches (trunk and NextN layer)
+    size_t compute = 0;  // the scheduler's compute buffer (sized by the largest graph run so far)
 };
 
 struct EvalOutput {
@@ -88,6 +97,8 @@ public:
     // Graph splits of the last graph the scheduler ran (1 when every op ran on one device) and the tensors it
     // copied between devices for it.
     int n_splits() const { return ggml_backend_sched_get_n_splits(sched_); }
+    // Per device that holds weights, caches or compute buffers: the bytes of each (CPU last).
+    std::vector<DeviceMemory> memory() const;
     int n_copies() const { return ggml_backend_sched_get_n_copies(sched_); }
     const DraftWeights * draft_weights() const { return draft_weights_.get(); }  // null without a draft head
     bool index_share_mtp() const { return model_.hp.index_share_mtp; }

@@ -65,10 +65,12 @@ SeqCache::~SeqCache() {
     for (ggml_context * c : contexts_) ggml_free(c);
 }
 
-size_t SeqCache::nbytes() const {
-    size_t n = 0;
-    for (ggml_backend_buffer_t b : buffers_) n += ggml_backend_buffer_get_size(b);
-    return n;
+std::map<ggml_backend_dev_t, size_t> SeqCache::bytes_by_device() const {
+    std::map<ggml_backend_dev_t, size_t> out;
+    for (ggml_backend_buffer_t b : buffers_) {
+        out[device_of(b)] += ggml_backend_buffer_get_size(b);
+    }
+    return out;
 }
 
 void SeqCache::clear() {

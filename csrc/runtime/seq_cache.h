@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <vector>
 
 #include "ggml-backend.h"
@@ -31,7 +32,8 @@ public:
     CacheView view() const;
     const LayerCache & layer(uint32_t il) const { return layers_.at(il - first_layer_); }
     uint32_t n_ctx() const { return n_ctx_; }
-    size_t nbytes() const;  // cache memory over all devices
+    // Cache memory (bytes) per device.
+    std::map<ggml_backend_dev_t, size_t> bytes_by_device() const;
     uint32_t n_past() const { return n_past_; }
 
     // A computed graph appended n rows for good (prefill, decode, draft-head rows).
