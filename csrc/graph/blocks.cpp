@@ -25,11 +25,26 @@ ggml_tensor * BlockBuilder::hc_pre(ggml_tensor * x, ggml_tensor * fn, ggml_tenso
     const int64_t hc = hp.hc_mult, n_embd = hp.n_embd;
     ggml_tensor * flat = ggml_rms_norm(ctx, ggml_reshape_2d(ctx, x, n_embd * hc, T), hp.rms_eps);
     ggml_tensor * mixes = ggml_mul_mat(ctx, fn, flat);  // [(2+hc)*hc, T]
-    ggml_tensor * gates = hc_gates(ctx, mixes, scale, base, hc, &hp.hc_eps);  // [2*hc, T]: pre, post
-    ggml_tensor * pre = ggml_view_2d(ctx, gates, hc, T, gates->nb[1], 0);
-    *post = ggml_view_2d(ctx, gates, hc, T, gates->nb[1], hc * sizeof(float));
     *comb = ggml_dsv4_hc_comb(ctx, mixes, scale, base, hp.hc_eps, (int32_t) hp.hc_sinkhorn_iters);
-    return hc_pre_mix(ctx, x, pre);
+    if (cpu_kernels) {
+        ggml_tensor * gates = hc_gates(ctx, mixes, scale, base, hc, &hp.hc_eps);  // [2*hc, T]: pre, post
+        ggml_tensor * pre = ggml_view_2d(ctx, gates, hc, T, gates->nb[1], 0);
+        *post = ggml_view_2d(ctx, gates, hc, T, gates->nb[1], hc * sizeof(float));
+        return hc_pre_mix(ctx, x, pre);
+    }
+    // ggml's standard ops, which every device has: the same formulas as hc_gates and hc_pre_mix (mhc_ops.h)
+    auto affine = [&](int part, int64_t off) {
+        ggml_tensor * v = ggml_view_2d(ctx, mixes, hc, T, mixes->nb[1], off * sizeof(float));
+        v = ggml_mul(ctx, v, ggml_view_1d(ctx, scale, 1, part * sizeof(float)));
+        return ggml_add(ctx, v, ggml_view_1d(ctx, base, hc, off * sizeof(float)));
+    };
+    ggml_tensor * pre = ggml_scale_bias(ctx, ggml_sigmoid(ctx, affine(0, 0)), 1.0f, hp.hc_eps);
+    *post = ggml_scale(ctx, ggml_sigmoid(ctx, affine(1, hc)), 2.0f);
+    return ggml_dsv4_hc_pre(ctx, x, pre);
+}
+
+ggml_tensor * BlockBuilder::hc_post(ggml_tensor * x, ggml_tensor * residual, ggml_tensor * post, ggml_tensor * comb) const {
+    return cpu_kernels ? hc_post_mix(ctx, x, residual, post, comb) : ggml_dsv4_hc_post(ctx, x, residual, post, comb);
 }
 
 ggml_tensor * BlockBuilder::swiglu(ggml_tensor * x, ggml_tensor * wg, ggml_tensor * wu, ggml_tensor * wd, float limit) const {
@@ -42,12 +57,32 @@ ggml_tensor * BlockBuilder::swiglu(ggml_tensor * x, ggml_tensor * wg, ggml_tenso
     return ggml_mul_mat(ctx, wd, ggml_mul(ctx, ggml_silu(ctx, gate), up));
 }
 
+// Sigmoid routing (model.md, MoE): s = sigmoid(logits), experts chosen by s + bias (within the best groups),
+// weighted by s (normalized over the chosen, times the scale). Our CPU op breaks exact ties toward the lower
+// expert id and handles expert groups; on another device without groups, ggml's sigmoid + argsort top-k +
+// get_rows (llama.cpp's build_moe_ffn) do the same, with ties in an order ggml leaves open.
+void BlockBuilder::route(ggml_tensor * logits, ggml_tensor * bias, ggml_tensor ** ids, ggml_tensor ** wts) const {
+    const int64_t k = hp.n_expert_used, n_expert = logits->ne[0];
+    if (cpu_kernels || hp.n_expert_groups > 1) {
+        ggml_tensor * r = moe_route(ctx, logits, bias, &params.moe);  // [2k, T]: ids (as float), then weights
+        *ids = ggml_cast(ctx, ggml_cont(ctx, ggml_view_2d(ctx, r, k, T, r->nb[1], 0)), GGML_TYPE_I32);
+        *wts = ggml_cont(ctx, ggml_view_3d(ctx, r, 1, k, T, sizeof(float), r->nb[1], k * sizeof(float)));
+        return;
+    }
+    ggml_tensor * s = ggml_sigmoid(ctx, logits);  // [n_expert, T]
+    *ids = ggml_argsort_top_k(ctx, ggml_add(ctx, s, bias), (int) k);  // [k, T]
+    ggml_tensor * w = ggml_get_rows(ctx, ggml_reshape_3d(ctx, s, 1, n_expert, T), *ids);  // [1, k, T]
+    if (hp.expert_weights_norm) {
+        w = ggml_div(ctx, w, ggml_reshape_3d(ctx, ggml_sum_rows(ctx, ggml_reshape_2d(ctx, w, k, T)), 1, 1, T));
+    }
+    *wts = hp.expert_weights_scale != 1.0f ? ggml_scale(ctx, w, hp.expert_weights_scale) : w;
+}
+
 // Routed experts (each read once per ubatch by mul_mat_id) + the shared expert.
 ggml_tensor * BlockBuilder::moe(ggml_tensor * x, const LayerWeights & w, int il) const {
     const int64_t k = hp.n_expert_used;
-    ggml_tensor * route = moe_route(ctx, ggml_mul_mat(ctx, w.gate_inp, x), w.exp_probs_b, &params.moe);
-    ggml_tensor * ids = ggml_cast(ctx, ggml_cont(ctx, ggml_view_2d(ctx, route, k, T, route->nb[1], 0)), GGML_TYPE_I32);
-    ggml_tensor * wts = ggml_cont(ctx, ggml_view_3d(ctx, route, 1, k, T, sizeof(float), route->nb[1], k * sizeof(float)));
+    ggml_tensor *ids, *wts;  // i32 [k, T] chosen experts, f32 [1, k, T] their weights
+    route(ggml_mul_mat(ctx, w.gate_inp, x), w.exp_probs_b, &ids, &wts);
     ggml_tensor * xe = ggml_reshape_3d(ctx, x, hp.n_embd, 1, T);
     ggml_tensor * gate = ggml_mul_mat_id(ctx, w.gate_exps, xe, ids);  // [n_ff_exp, k, T]
     ggml_tensor * up = ggml_mul_mat_id(ctx, w.up_exps, xe, ids);

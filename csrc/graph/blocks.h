@@ -48,11 +48,19 @@ public:
     // Keep per-row KDA snapshots in `out` (verify passes).
     void keep_snapshots(std::vector<KdaSnapshots> * out) { snapshots = out; }
 
+    // Whether the blocks built next use this project's CPU kernels for the mHC steps and MoE routing
+    // (graph/mhc_ops.h, graph/select_ops.h: faster on the CPU) or ggml's standard ops (every device has them). A
+    // layer whose weights live on another device uses ggml's, so that those steps run there instead of crossing
+    // to the CPU and back. (The indexer's top-k and masks always run our CPU kernels: see graph/select_ops.h.)
+    void use_cpu_kernels(bool on) { cpu_kernels = on; }
+
     ggml_tensor * rms(ggml_tensor * x, ggml_tensor * w) const;
 
-    // mHC pre (model.md step 1): the block input [n_embd, T]; post [hc, T] and comb [hc, hc, T] for ggml_dsv4_hc_post.
+    // mHC pre (model.md step 1): the block input [n_embd, T]; post [hc, T] and comb [hc, hc, T] for hc_post.
     ggml_tensor * hc_pre(ggml_tensor * x, ggml_tensor * fn, ggml_tensor * scale, ggml_tensor * base,
                          ggml_tensor ** post, ggml_tensor ** comb) const;
+    // mHC post (model.md step 3): the streams [n_embd, hc, T] after a block with output x [n_embd, T].
+    ggml_tensor * hc_post(ggml_tensor * x, ggml_tensor * residual, ggml_tensor * post, ggml_tensor * comb) const;
 
     ggml_tensor * swiglu(ggml_tensor * x, ggml_tensor * wg, ggml_tensor * wu, ggml_tensor * wd, float limit) const;
     ggml_tensor * moe(ggml_tensor * x, const LayerWeights & w, int il) const;
@@ -66,6 +74,7 @@ private:
     ggml_tensor * conv(ggml_tensor * x, ggml_tensor * proj, ggml_tensor * kernel, ggml_tensor * conv_cache, int part,
                        ggml_tensor ** xt_out) const;
     ggml_tensor * indexer(ggml_tensor * x, ggml_tensor * qr, const LayerWeights & w, const LayerCache & c) const;
+    void route(ggml_tensor * logits, ggml_tensor * bias, ggml_tensor ** ids, ggml_tensor ** wts) const;
 
     ggml_context * ctx;
     ggml_cgraph * gf;
@@ -75,6 +84,7 @@ private:
     int64_t n_past;
     ggml_tensor * row_scale;
     std::vector<KdaSnapshots> * snapshots = nullptr;
+    bool cpu_kernels = true;
 };
 
 }  // namespace glm5next

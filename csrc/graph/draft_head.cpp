@@ -18,6 +18,7 @@ void build_draft_graph(DraftGraph & g, ggml_context * ctx, const Model & model, 
     g.inp_tokens.emplace(ctx, n_rows);
     g.inp_row_scale.emplace(ctx, hp, n_rows);
     BlockBuilder b(ctx, g.gf, hp, g.params, n_rows, pos0, g.inp_row_scale->t);
+    b.use_cpu_kernels(device_of(w.eh_proj) == ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU));
 
     // u = eh_proj [RMSNorm_e(E[x_{p+1}]); RMSNorm_h(h_p)], embedding half first
     ggml_tensor * embd = ggml_get_rows(ctx, w.nextn_embd ? w.nextn_embd : model.tok_embd, g.inp_tokens->t);

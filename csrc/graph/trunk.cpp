@@ -1,6 +1,5 @@
 #include "graph/trunk.h"
 
-#include "graph/mhc_ops.h"
 
 namespace glm5next {
 
@@ -26,11 +25,13 @@ void build_trunk_graph(TrunkGraph & g, ggml_context * ctx, const Model & model, 
     ggml_tensor * x = ggml_get_rows(ctx, model.tok_embd, g.inp_tokens->t);  // [n_embd, T]
     x = ggml_repeat_4d(ctx, ggml_reshape_3d(ctx, x, n_embd, 1, n_tokens), n_embd, hc, n_tokens, 1);
 
+    ggml_backend_dev_t cpu = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
     Selection sel;  // a "shared" layer reuses the selection of the full layer before it
     for (uint32_t il = 0; il < hp.n_trunk(); ++il) {
         const LayerWeights & w = model.layers[il];
         const LayerCache & c = cache.layer(il);
         ggml_tensor *post, *comb;
+        b.use_cpu_kernels(device_of(w.hc_attn_fn) == cpu);
 
         ggml_tensor * cur = b.rms(b.hc_pre(x, w.hc_attn_fn, w.hc_attn_scale, w.hc_attn_base, &post, &comb), w.attn_norm);
         if (hp.is_kda(il)) {
@@ -42,13 +43,13 @@ void build_trunk_graph(TrunkGraph & g, ggml_context * ctx, const Model & model, 
             if (hp.idx_full[il]) ggml_format_name(sel.pools, "pools-%u", il);
         }
         ggml_format_name(cur, "attn_out-%u", il);
-        x = hc_post_mix(ctx, cur, x, post, comb);
+        x = b.hc_post(cur, x, post, comb);
 
         cur = b.rms(b.hc_pre(x, w.hc_ffn_fn, w.hc_ffn_scale, w.hc_ffn_base, &post, &comb), w.ffn_norm);
         cur = hp.is_dense_ffn(il) ? b.swiglu(cur, w.ffn_gate, w.ffn_up, w.ffn_down, hp.swiglu_clamp_exp[il])
                                   : b.moe(cur, w, il);
         ggml_format_name(cur, "ffn_out-%u", il);
-        x = hc_post_mix(ctx, cur, x, post, comb);
+        x = b.hc_post(cur, x, post, comb);
         ggml_format_name(x, "l_out-%u", il);
     }
 
