@@ -145,7 +145,7 @@ class Engine:
         """
     def memory(self) -> list:
         """
-        memory() -> list of dict(device, weights, caches, compute) in bytes, one per device that holds any, the CPU last: llama.cpp's load report. compute is the scheduler's buffer, sized by the largest graph run so far.
+        memory() -> list of dict(device, weights, caches, compute) in bytes, one per device that holds any, the CPU last: llama.cpp's load report. compute is the scheduler's buffer, sized at load for a full ubatch at the end of the context.
         """
     def reset(self) -> None:
         """

@@ -13,13 +13,14 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from .model import Model
-from .model_args import add_model_args, describe_model, model_kwargs, request_seed
+from .model_args import add_model_args, describe_model, list_devices_if_asked, model_kwargs, request_seed
 
 PROG = "glm5next-cli"
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    """Parsed flags; exits 2 with a usage message for bad or not yet supported ones."""
+    """Parsed flags; exits 2 with a usage message for bad or not yet supported ones (0 after --list-devices)."""
+    list_devices_if_asked(PROG, argv)
     p = argparse.ArgumentParser(prog=PROG, description="Generate text from a prompt with a glm5next GGUF file.")
     add_model_args(p)
     p.add_argument("-p", "--prompt", required=True, help="the prompt (control tokens such as <|user|> parsed)")

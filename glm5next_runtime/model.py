@@ -81,8 +81,9 @@ class Model:
         spec_index_share: "auto" (the file's index_share_for_mtp_iteration), "on" or "off".
         spec_draft_type: "auto" (the draft layer's weights as stored), "q8_0" or "q4_0" (requantized at load).
         draft_model: a separate draft file (converted with --mtp-only) whose NextN layer drafts for this trunk.
-        rpc: "HOST:PORT" endpoints of ggml RPC servers (glm5next-rpc-server, llama.cpp's --rpc) whose devices
-            become placement targets.
+        rpc: "HOST:PORT" endpoints (a list, or one str) of ggml RPC servers (glm5next-rpc-server, llama.cpp's
+            --rpc) whose devices become placement targets. ggml's registry keeps them for the life of the process:
+            a later Model in the same process sees them too (devices=[...] chooses).
     Raises:
         ValueError: a malformed file, key, tensor, override or placement rule (the message names it), a
             non-positive n_ctx / n_batch / n_threads, a tokenizer this runtime does not implement, or
@@ -100,7 +101,8 @@ class Model:
         for name, value in (("n_ctx", n_ctx), ("n_batch", n_batch), ("n_threads", n_threads)):
             if value is not None and value < 1:
                 raise ValueError(f"{name} = {value}: must be >= 1")
-        _core.add_rpc_servers(list(rpc))  # checked before ggml's client sees them: it aborts on a bad endpoint
+        # checked before ggml's client sees them: it aborts on a bad endpoint
+        _core.add_rpc_servers([rpc] if isinstance(rpc, str) else list(rpc))
         self._core = _core.Model(os.fspath(path), list(override_kv))
         self.tokenizer = _tokenizer(self._core)
         self._n_ctx = n_ctx
@@ -222,7 +224,8 @@ class Model:
                  top_p: float = 0.95, min_p: float = 0.05, seed: int | None = None,
                  stop: str | Sequence[str] | None = None, stream: bool = False,
                  spec_n_max: int | None = None) -> GenerationResult | GenerationStream:
-        """Continue `prompt`: reset the sequence, evaluate the prompt, then sample one token at a time.
+        """Continue `prompt`: reset the sequence, evaluate the prompt, then generate round by round (one token per
+        round, or with draft-MTP the accepted drafts and the target's token).
 
         prompt: text (tokenized with add_special=True, as llama-server does, and control tokens parsed) or ids.
         max_tokens: most tokens to generate (0: evaluate the prompt only).
@@ -290,7 +293,8 @@ class Model:
 
     def memory(self) -> list[dict]:
         """llama.cpp's load report: per device that holds anything, {"device", "weights", "caches", "compute"} in
-        bytes, the CPU last; compute is the scheduler's buffer, sized by the largest graph run so far."""
+        bytes, the CPU last; compute is the scheduler's buffer, sized at load for a full ubatch at the end of the
+        context."""
         return self._engine.memory()
 
     @property

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 from . import _core
@@ -29,24 +30,26 @@ def parse_tensor_split(value: str | None) -> list[float] | None:
         raise ValueError(f"--tensor-split {value!r}: expected numbers separated by ',' or '/'") from None
 
 
-class ListDevices(argparse.Action):
-    """--list-devices: print ggml's devices (with those of the --rpc servers given before it) and exit, as
-    llama.cpp does; exits 1 naming an --rpc endpoint that does not answer."""
-
-    def __init__(self, option_strings, dest, **kwargs):
-        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        try:
-            _core.add_rpc_servers(split_list(getattr(namespace, "rpc", None) or ""))
-        except (ValueError, RuntimeError) as e:
-            parser.exit(1, f"{parser.prog}: {e}\n")
-        print("Available devices:")
-        for d in _core.list_devices(memory=True):
-            print(f"  {d['name']}: {d['description']} ({d['memory_total'] // 2**20} MiB, "
-                  f"{d['memory_free'] // 2**20} MiB free)")
-        sys.stdout.flush()
-        parser.exit(0)
+def list_devices_if_asked(prog: str, argv: Sequence[str] | None) -> None:
+    """--list-devices, as llama.cpp has it: print ggml's devices (with those of any --rpc servers, wherever the
+    flags stand on the command line) and exit 0, before the other flags are required or checked. Exits 1 naming
+    an --rpc endpoint that does not answer."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--list-devices" not in argv:
+        return
+    pre = argparse.ArgumentParser(prog=prog, add_help=False)
+    pre.add_argument("--rpc", default="")
+    known, _ = pre.parse_known_args(argv)
+    try:
+        _core.add_rpc_servers(split_list(known.rpc))
+    except (ValueError, RuntimeError) as e:
+        pre.exit(1, f"{prog}: error: {e}\n")
+    print("Available devices:")
+    for d in _core.list_devices(memory=True):
+        print(f"  {d['name']}: {d['description']} ({d['memory_total'] // 2**20} MiB, "
+              f"{d['memory_free'] // 2**20} MiB free)")
+    sys.stdout.flush()
+    pre.exit(0)
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
@@ -59,13 +62,15 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("-b", "--batch-size", type=int, default=512, metavar="N",
                    help="prompt tokens per forward pass (512)")
     p.add_argument("-ngl", "--n-gpu-layers", "--gpu-layers", type=int, default=0, metavar="N",
-                   help="offload the last N layers (trunk layers + output layer) to the first GPU (0)")
+                   help="offload the last N layers (trunk layers + output layer) to the offload devices (GPUs, --rpc), "
+                        "split as -sm/-ts say (0)")
     p.add_argument("--cpu-moe", action="store_true", help="keep every routed-expert weight on the CPU")
     p.add_argument("--n-cpu-moe", type=int, default=0, metavar="N",
                    help="keep the routed experts of the first N layers on the CPU")
     p.add_argument("--rpc", metavar="HOST:PORT[,...]",
                    help="ggml RPC servers (glm5next-rpc-server) whose devices join this process's (comma-separated)")
-    p.add_argument("--list-devices", action=ListDevices, help="print the available devices and exit")
+    p.add_argument("--list-devices", action="store_true",
+                   help="print the available devices (with the --rpc servers') and exit (see list_devices_if_asked)")
     p.add_argument("-dev", "--device", metavar="DEV[,DEV...]",
                    help="offload devices to use, in order (none: no offload; default: every GPU and RPC device)")
     p.add_argument("-sm", "--split-mode", choices=SPLIT_MODES, default="layer",
@@ -113,8 +118,8 @@ def request_seed(args: argparse.Namespace) -> int | None:
 
 
 def describe_model(model: Model, args: argparse.Namespace) -> list[str]:
-    """Load-log lines: the placement plan summary, the memory per device (weights and caches; the compute buffers
-    come with the first request) and which speculation runs (and why)."""
+    """Load-log lines: the placement plan summary, the memory per device (weights, caches, compute buffers; as
+    llama.cpp's load report) and which speculation runs (and why)."""
     if model.spec_type == "draft-mtp":
         source = f"the NextN layer of {args.model_draft}" if args.model_draft else "the file's NextN layer"
         spec = (f"draft-mtp with {source} (n_max {args.spec_draft_n_max}, n_min {args.spec_draft_n_min}, "
@@ -122,7 +127,11 @@ def describe_model(model: Model, args: argparse.Namespace) -> list[str]:
                 f"draft type {args.spec_draft_type})")
     else:
         spec = "none (--spec-type none)" if args.spec_type == "none" else "none (the file has no NextN layer)"
-    memory = [f"{m['device']}: weights {m['weights'] / 2**20:.1f} MiB, caches {m['caches'] / 2**20:.1f} MiB"
-              for m in model.memory()]
-    return [f"placement: {describe_placement(model.placement())}", f"memory: {'; '.join(memory)}",
-            f"speculation: {spec}"]
+    memory = [f"{m['device']}: weights {m['weights'] / 2**20:.1f} MiB, caches {m['caches'] / 2**20:.1f} MiB, "
+              f"compute {m['compute'] / 2**20:.1f} MiB" for m in model.memory()]
+    lines = [f"placement: {describe_placement(model.placement())}",
+             f"memory (this slot): {'; '.join(memory)}", f"speculation: {spec}"]
+    if args.n_gpu_layers > 0 and not model.devices:
+        lines.insert(1, f"warning: -ngl {args.n_gpu_layers} but no offload device (no GPU in this ggml build, no "
+                        "--rpc): everything runs on the CPU")
+    return lines

@@ -106,7 +106,7 @@ def _layer_devices(n_trunk: int, gpus: list[str], n_gpu_layers: int, split_mode:
     whose cumulative tensor_split share first exceeds j / n."""
     if split_mode not in SPLIT_MODES:
         raise ValueError(f"split_mode {split_mode!r}: expected one of {', '.join(SPLIT_MODES)}")
-    if gpus and not 0 <= main_gpu < len(gpus):
+    if split_mode == "none" and gpus and not 0 <= main_gpu < len(gpus):
         raise ValueError(f"main_gpu = {main_gpu}: expected 0..{len(gpus) - 1} (devices: {', '.join(gpus)})")
     if tensor_split is not None and (len(tensor_split) > max(len(gpus), 1) or any(x < 0 for x in tensor_split)
                                      or sum(tensor_split) <= 0):

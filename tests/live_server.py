@@ -14,6 +14,8 @@ from pathlib import Path
 import openai
 import pytest
 
+from rpc_servers import die_with_parent
+
 TIMEOUT = 30.0  # seconds, for every request
 N_CTX = 4096  # the servers' default context: room for long streams, and the tiny models stay fast
 SERVER = Path(sys.executable).parent / "glm5next-server"
@@ -34,7 +36,8 @@ class Server:
         self.log = log
         with open(log, "wb") as out:
             self.proc = subprocess.Popen([str(SERVER), "-m", str(gguf), "--port", str(self.port), "-t", "1",
-                                          "-c", str(n_ctx), *flags], stdout=out, stderr=subprocess.STDOUT)
+                                          "-c", str(n_ctx), *flags], stdout=out, stderr=subprocess.STDOUT,
+                                         preexec_fn=die_with_parent)  # no orphan when pytest itself is killed
         try:
             self._wait_ready()
         except BaseException:

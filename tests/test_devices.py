@@ -98,3 +98,9 @@ def test_device_process_holds_the_weights_placed_on_it(gguf, rpc_servers):
     grown = psutil.Process(proc.pid).memory_info().rss - before
     assert placed > 1 << 20
     assert 0.95 * placed <= grown <= placed + (8 << 20)  # + the caches and compute buffers of a 256-token context
+
+
+def test_rpc_given_as_one_string(gguf, devices):
+    from glm5next_runtime import Model
+    m = Model(gguf, n_ctx=64, n_threads=1, rpc=devices[0], devices=[device_name(devices[0])], n_gpu_layers=1)
+    assert m.devices == [device_name(devices[0])]

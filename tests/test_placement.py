@@ -130,7 +130,7 @@ def test_draft_layer_follows_the_last_trunk_layer_unless_given_a_device():
 
 @pytest.mark.parametrize("kw,message", [
     (dict(split_mode="row"), "split_mode 'row'"),
-    (dict(main_gpu=2), "main_gpu = 2"),
+    (dict(main_gpu=2, split_mode="none"), "main_gpu = 2"),
     (dict(tensor_split=[1, 1, 1]), "tensor_split [1, 1, 1]"),
     (dict(tensor_split=[0, 0]), "tensor_split [0, 0]"),
     (dict(tensor_split=[-1, 2]), "tensor_split [-1, 2]"),

@@ -100,12 +100,22 @@ def test_cli_bad_rpc_exits_1_naming_it(checkpoints):
     assert endpoint in out.stderr
 
 
-def test_list_devices_includes_the_rpc_server(rpc_server):
+@pytest.mark.parametrize("program", ["glm5next-cli", "glm5next-server"])
+@pytest.mark.parametrize("rpc_first", [True, False])
+def test_list_devices_includes_the_rpc_server(rpc_server, program, rpc_first):
+    """Wherever --rpc stands, as llama.cpp: --list-devices needs no -m."""
     endpoint, _ = rpc_server
-    out = subprocess.run([str(BIN / "glm5next-cli"), "--rpc", endpoint, "--list-devices"],
-                         capture_output=True, text=True, timeout=120)
+    flags = ["--rpc", endpoint, "--list-devices"] if rpc_first else ["--list-devices", "--rpc", endpoint]
+    out = subprocess.run([str(BIN / program), *flags], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "CPU" in out.stdout and endpoint in out.stdout
+
+
+def test_list_devices_with_a_bad_rpc_endpoint_exits_1_naming_it():
+    endpoint = f"127.0.0.1:{free_port()}"
+    out = subprocess.run([str(BIN / "glm5next-cli"), "--list-devices", "--rpc", endpoint], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 1 and endpoint in out.stderr and "error:" in out.stderr
 
 
 def test_device_lost_mid_generation_ends_the_process_naming_it(checkpoints, tmp_path):
@@ -131,6 +141,6 @@ print("generation finished", file=sys.stderr)
     t0 = time.monotonic()
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     assert out.returncode == 1, out.stderr[-2000:]
-    assert f"RPC device lost (no longer reachable): {endpoint}" in out.stderr
+    assert f"RPC servers in use: {endpoint};" in out.stderr
     assert "generation finished" not in out.stderr
     assert time.monotonic() - t0 < 60

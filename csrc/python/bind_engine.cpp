@@ -200,8 +200,8 @@ a pending verify pass or for n_keep out of range.)doc")
                 return out;
             },
             "memory() -> list of dict(device, weights, caches, compute) in bytes, one per device that holds any, the "
-            "CPU last: llama.cpp's load report. compute is the scheduler's buffer, sized by the largest graph run "
-            "so far.")
+            "CPU last: llama.cpp's load report. compute is the scheduler's buffer, sized at load for a full ubatch "
+            "at the end of the context.")
         .def_property_readonly("n_splits", &Engine::n_splits,
                                "Graph splits of the last graph run (1: every op ran on one device).")
         .def_property_readonly("draft_requantized", [](const Engine & e) {

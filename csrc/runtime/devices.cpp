@@ -163,11 +163,14 @@ void check_rpc_endpoint(const std::string & endpoint, int timeout_ms) {
 std::mutex added_mutex;
 std::vector<std::string> added;  // endpoints of the RPC servers in the registry (which keeps them for good)
 
-// ggml's RPC client aborts the process when a server goes away (GGML_ABORT in ggml-rpc.cpp): say which one, then
-// end the process with status 1 (no backtrace: the cause is the lost device, not a bug).
+// ggml's RPC client aborts the process when a server goes away (GGML_ABORT in ggml-rpc.cpp): name the RPC servers
+// in use, and those that no longer accept a connection (a dying server may still accept for a moment, so the
+// first list is the one to trust), then end the process with status 1 (no backtrace: the cause is a lost device,
+// not a bug).
 void on_ggml_abort(const char * message) {
-    std::string lost;
+    std::string in_use, lost;
     for (const std::string & endpoint : added) {  // no lock: the process is ending, and `added` only grows
+        in_use += " " + endpoint;
         std::string host, port, why;
         split_endpoint(endpoint, host, port);
         try {
@@ -179,7 +182,8 @@ void on_ggml_abort(const char * message) {
         }
     }
     std::fprintf(stderr, "glm5next: ggml ended the process: %s\n", message);
-    if (!lost.empty()) std::fprintf(stderr, "glm5next: RPC device lost (no longer reachable):%s\n", lost.c_str());
+    std::fprintf(stderr, "glm5next: RPC servers in use:%s; not answering now:%s\n", in_use.c_str(),
+                 lost.empty() ? " (none yet)" : lost.c_str());
     std::fflush(stderr);
     _exit(1);
 }

@@ -69,6 +69,24 @@ Engine::Engine(const Model & model, const EngineParams & params, const Model * d
     // op_offload off: a weight on the CPU keeps its op on the CPU (placement decides, not batch size).
     sched_ = ggml_backend_sched_new(backends_.data(), nullptr, (int) backends_.size(), n_nodes, false, false);
     meta_.resize(ggml_tensor_overhead() * n_nodes * 2 + ggml_graph_overhead_custom(n_nodes, false));
+    reserve();
+}
+
+// Sizes the compute buffers for the largest graph at load, as llama.cpp does, so that memory() reports them and a
+// device too small fails here rather than on the first request: a full ubatch whose rows attend the whole
+// context (the masked dense pass over n_ctx cached rows).
+void Engine::reserve() {
+    const int64_t rows = std::min<int64_t>(params_.n_batch, cache_.n_ctx());
+    CacheView at_end = cache_.view();
+    at_end.n_past = cache_.n_ctx() - rows;
+    GraphContext gc(meta_);
+    TrunkGraph g;
+    build_trunk_graph(g, gc.ctx, model_, at_end, rows, true, false);
+    pin_custom_ops(g.gf);
+    if (!ggml_backend_sched_reserve(sched_, g.gf)) {
+        throw std::runtime_error("cannot allocate the compute buffers for n_batch = " + std::to_string(params_.n_batch) +
+                                 " and n_ctx = " + std::to_string(cache_.n_ctx()));
+    }
 }
 
 Engine::~Engine() {
@@ -96,27 +114,28 @@ std::vector<DeviceMemory> Engine::memory() const {
     for (ggml_backend_t b : backends_) {
         by_dev[ggml_backend_get_device(b)].compute += ggml_backend_sched_get_buffer_size(sched_, b);
     }
-    std::vector<DeviceMemory> out;
-    ggml_backend_dev_t cpu = ggml_backend_get_device(cpu_);
-    for (auto & [dev, m] : by_dev) {
-        m.device = ggml_backend_dev_name(dev);
-        if (dev != cpu) out.push_back(m);
+    std::vector<DeviceMemory> out;  // in the scheduler's order: the placed devices, the CPU last
+    for (ggml_backend_t b : backends_) {
+        ggml_backend_dev_t dev = ggml_backend_get_device(b);
+        by_dev[dev].device = ggml_backend_dev_name(dev);
+        out.push_back(by_dev[dev]);
     }
-    by_dev[cpu].device = ggml_backend_dev_name(cpu);
-    out.push_back(by_dev[cpu]);
     return out;
 }
 
 // This project's custom ops (GGML_OP_CUSTOM: graph/select_ops.h, graph/mhc_ops.h) have CPU kernels only. ggml's
 // RPC device claims to support every op, so supports_op cannot keep them off a device: they are pinned here.
+void Engine::pin_custom_ops(ggml_cgraph * gf) {
+    if (backends_.size() == 1) return;
+    for (int i = 0; i < ggml_graph_n_nodes(gf); ++i) {
+        ggml_tensor * node = ggml_graph_node(gf, i);
+        if (node->op == GGML_OP_CUSTOM) ggml_backend_sched_set_tensor_backend(sched_, node, cpu_);
+    }
+}
+
 void Engine::alloc(ggml_cgraph * gf) {
     ggml_backend_sched_reset(sched_);
-    if (backends_.size() > 1) {
-        for (int i = 0; i < ggml_graph_n_nodes(gf); ++i) {
-            ggml_tensor * node = ggml_graph_node(gf, i);
-            if (node->op == GGML_OP_CUSTOM) ggml_backend_sched_set_tensor_backend(sched_, node, cpu_);
-        }
-    }
+    pin_custom_ops(gf);
     if (!ggml_backend_sched_alloc_graph(sched_, gf)) {
         throw std::runtime_error("cannot allocate the compute buffers of a graph");
     }

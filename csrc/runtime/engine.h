@@ -27,7 +27,7 @@ struct DeviceMemory {
     std::string device;
     size_t weights = 0;  // the model's (and draft file's) weights on it
     size_t caches = 0;   // the sequence caches (trunk and NextN layer)
-    size_t compute = 0;  // the scheduler's compute buffer (sized by the largest graph run so far)
+    size_t compute = 0;  // the scheduler's compute buffer (sized at load for a full ubatch at the end of the context)
 };
 
 struct EvalOutput {
@@ -106,6 +106,8 @@ public:
     int64_t n_top_pool() const { return model_.hp.idx_top_k / model_.hp.idx_kpool; }
 
 private:
+    void reserve();
+    void pin_custom_ops(ggml_cgraph * gf);
     void alloc(ggml_cgraph * gf);
     void compute(ggml_cgraph * gf);
     void check_tokens(const int32_t * tokens, int64_t n) const;

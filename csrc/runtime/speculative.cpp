@@ -115,7 +115,8 @@ std::vector<int32_t> Generator::step() {
     engine_.commit((int64_t) emitted.size());
     stats_.verify_ms += ms_since(t0);
 
-    record(emitted, P);
+    count(emitted);
+    carry(emitted, P);
     return emitted;
 }
 
@@ -141,17 +142,20 @@ std::vector<int32_t> Generator::accept(const EvalOutput & verified) {
     return emitted;
 }
 
-void Generator::record(const std::vector<int32_t> & emitted, int64_t P) {
+void Generator::count(const std::vector<int32_t> & emitted) {
+    if (draft_.tokens.empty()) return;
+    const int64_t n_acc = (int64_t) emitted.size() - 1;
+    ++stats_.n_rounds;
+    stats_.n_drafted += (int64_t) draft_.tokens.size();
+    stats_.n_accepted += n_acc;
+    for (size_t i = 0; i < draft_.tokens.size(); ++i) ++stats_.drafted_at[i];
+    for (int64_t i = 0; i < n_acc; ++i) ++stats_.accepted_at[i];
+}
+
+void Generator::carry(const std::vector<int32_t> & emitted, int64_t P) {
     const int64_t n_embd = engine_.n_embd();
     const int64_t n_acc = (int64_t) emitted.size() - 1;
     const EvalOutput & v = verify_out_;
-    if (!draft_.tokens.empty()) {
-        ++stats_.n_rounds;
-        stats_.n_drafted += (int64_t) draft_.tokens.size();
-        stats_.n_accepted += n_acc;
-        for (size_t i = 0; i < draft_.tokens.size(); ++i) ++stats_.drafted_at[i];
-        for (int64_t i = 0; i < n_acc; ++i) ++stats_.accepted_at[i];
-    }
     if (chain_) {
         // The accepted rows' draft rows are rewritten from the trunk's hidden states (row P+i pairs verify row i
         // with x_{P+i+1}); the provisional rows after them are dropped.

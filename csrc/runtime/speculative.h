@@ -5,7 +5,8 @@
 //   3. accept: speculative sampling (exact match when greedy), then the correction or bonus token;
 //   4. commit: the trunk keeps the accepted rows (Engine::commit: KDA rolls back to its snapshot), the draft
 //      head's provisional rows are rewritten from the trunk's real hidden states with the next round's step 0.
-// step() runs these four in this order, each a function of its own; nothing calls back up.
+// step() runs these four in this order, each a function of its own, then count() and carry() (what the next
+// round starts from); nothing calls back up.
 #pragma once
 
 #include <cstdint>
@@ -67,8 +68,11 @@ private:
     // 3. The tokens the round emits from the verify rows: the accepted drafts, then the correction or bonus token.
     std::vector<int32_t> accept(const EvalOutput & verified);
     int64_t synthetic_keep(int64_t n_drafts);
-    // Counters and the draft rows the next round writes, once `emitted` is committed at trunk row P.
-    void record(const std::vector<int32_t> & emitted, int64_t P);
+    // The round's counters (stats_), once `emitted` is committed.
+    void count(const std::vector<int32_t> & emitted);
+    // What the next round starts from: the draft-head rows it writes (the kept rows' trunk states, from trunk row
+    // P), the last hidden state and the token to evaluate next.
+    void carry(const std::vector<int32_t> & emitted, int64_t P);
 
     Engine & engine_;
     SpecParams spec_;

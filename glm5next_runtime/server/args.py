@@ -5,13 +5,14 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from ..model_args import add_model_args
+from ..model_args import add_model_args, list_devices_if_asked
 
 PROG = "glm5next-server"
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    """Parsed flags; exits 2 with a usage message for bad or not yet supported ones."""
+    """Parsed flags; exits 2 with a usage message for bad or not yet supported ones (0 after --list-devices)."""
+    list_devices_if_asked(PROG, argv)
     p = argparse.ArgumentParser(prog=PROG, description="OpenAI-compatible server for glm5next GGUF files "
                                 "(llama-server flags), with draft-MTP speculative decoding.")
     add_model_args(p)

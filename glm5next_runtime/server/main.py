@@ -26,7 +26,8 @@ log = logging.getLogger("glm5next.server")
 
 
 def load_slots(args: argparse.Namespace) -> list[Model]:
-    """One Model per slot (the weights are memory-mapped, so slots share them; each has its own caches).
+    """One Model per slot, each with its own caches. Memory-mapped weights are shared by the slots; weights placed on
+    a device (-ngl, -ot, ...) are copied there once per slot.
     Raises ValueError when the file, an override or a placement rule is bad."""
     models = []
     for i in range(args.parallel):
