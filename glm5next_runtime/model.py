@@ -1,6 +1,7 @@
 """The Python face of a loaded model: the native loader, the tokenizer and the run settings in one object."""
 from __future__ import annotations
 
+import copy
 import os
 from collections.abc import Sequence
 from typing import Any, NamedTuple
@@ -115,7 +116,8 @@ class Model:
         self._placement = self._plan()  # plan at load so a bad -ot rule fails here, naming it
         self._core.place({name: device for name, device in self._placement.items() if device != CPU})
         self._draft_core = _core.Model(os.fspath(draft_model), list(override_kv)) if draft_model else None
-        self._engine = _core.Engine(self._core, n_ctx, n_batch, self.n_threads, spec_draft_type, self._draft_core)
+        self._spec_draft_type = spec_draft_type
+        self._engine = self._new_engine()
         self._last: dict | None = None
         has_nextn = self._engine.has_draft_head
         self.spec_type = spec_type or ("draft-mtp" if has_nextn else "none")
@@ -127,6 +129,20 @@ class Model:
             raise ValueError(f"spec_index_share {spec_index_share!r}: expected auto, on or off")
         self.spec = dict(n_max=draft_n_max if self.spec_type == "draft-mtp" else 0, n_min=draft_n_min,
                          p_min=draft_p_min, index_share=INDEX_SHARE[spec_index_share])
+
+    def _new_engine(self) -> _core.Engine:
+        return _core.Engine(self._core, self._n_ctx, self.n_batch, self.n_threads, self._spec_draft_type,
+                            self._draft_core)
+
+    def another_sequence(self) -> Model:
+        """A Model on the same loaded weights (the mapping and every weight placed on a device, not copied again)
+        with its own sequence: its own engine, caches and compute buffers, the same settings. This is llama.cpp's
+        one model, several contexts: the server's slots are made this way."""
+        other = copy.copy(self)
+        other.spec = dict(self.spec)
+        other._engine = self._new_engine()
+        other._last = None
+        return other
 
     def eval(self, tokens: Sequence[int], logits_all: bool = False) -> np.ndarray:
         """Append `tokens` to the sequence and run the trunk over them (prefill in ubatches of n_batch).

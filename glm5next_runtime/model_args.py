@@ -130,7 +130,7 @@ def describe_model(model: Model, args: argparse.Namespace) -> list[str]:
     memory = [f"{m['device']}: weights {m['weights'] / 2**20:.1f} MiB, caches {m['caches'] / 2**20:.1f} MiB, "
               f"compute {m['compute'] / 2**20:.1f} MiB" for m in model.memory()]
     lines = [f"placement: {describe_placement(model.placement())}",
-             f"memory (this slot): {'; '.join(memory)}", f"speculation: {spec}"]
+             f"memory (weights once; caches and compute per slot): {'; '.join(memory)}", f"speculation: {spec}"]
     if args.n_gpu_layers > 0 and not model.devices:
         lines.insert(1, f"warning: -ngl {args.n_gpu_layers} but no offload device (no GPU in this ggml build, no "
                         "--rpc): everything runs on the CPU")

@@ -104,3 +104,22 @@ def test_rpc_given_as_one_string(gguf, devices):
     from glm5next_runtime import Model
     m = Model(gguf, n_ctx=64, n_threads=1, rpc=devices[0], devices=[device_name(devices[0])], n_gpu_layers=1)
     assert m.devices == [device_name(devices[0])]
+
+
+def test_sequences_of_one_model_share_the_placed_weights(gguf, rpc_servers):
+    """Model.another_sequence (the server's slots) loads nothing again: the device process grows by the weights
+    once, and each sequence decodes on its own caches with the same results."""
+    from glm5next_runtime import Model, _core
+    endpoint, proc = rpc_servers.get("devices-shared")
+    _core.add_rpc_servers([endpoint])
+    name = device_name(endpoint)
+    m = Model(gguf, n_ctx=256, n_threads=2, override_tensor=[rf"blk\.=" + name])
+    placed = sum(t.nbytes for t in m.tensors() if m.placement()[t.name] == name)
+    before = psutil.Process(proc.pid).memory_info().rss
+    others = [m.another_sequence() for _ in range(2)]
+    grown = psutil.Process(proc.pid).memory_info().rss - before
+    assert grown < 0.5 * placed  # caches and compute buffers only
+    a = m.generate(PROMPT, max_tokens=20, temperature=0)
+    for o in others:
+        assert o.devices == m.devices
+        assert o.generate(PROMPT, max_tokens=20, temperature=0).tokens == a.tokens

@@ -26,12 +26,13 @@ log = logging.getLogger("glm5next.server")
 
 
 def load_slots(args: argparse.Namespace) -> list[Model]:
-    """One Model per slot, each with its own caches. Memory-mapped weights are shared by the slots; weights placed on
-    a device (-ngl, -ot, ...) are copied there once per slot.
+    """One sequence per slot on one loaded model (Model.another_sequence): the weights, memory-mapped or placed on a
+    device, are loaded once; each slot has its own caches and compute buffers.
     Raises ValueError when the file, an override or a placement rule is bad."""
-    models = []
-    for i in range(args.parallel):
-        models.append(Model(**model_kwargs(args)))
+    models = [Model(**model_kwargs(args))]
+    log.info("slot 0 loaded")
+    for i in range(1, args.parallel):
+        models.append(models[0].another_sequence())
         log.info("slot %d loaded", i)
     return models
 
