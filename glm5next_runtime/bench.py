@@ -347,6 +347,9 @@ def model_info(ours: OursRunner, path: Path, threads: int, n_batch: int, n_ctx: 
     m.reset()
     m.eval([0])  # a decode token's graph (the rows reset the sequence before they run)
     decode_splits = m.graph_splits
+    m.reset()
+    m.eval([0] * min(4, m.n_ctx), logits_all=True)  # the shape of a verify pass with 3 drafts
+    verify_splits = m.graph_splits
     tensors = m.tensors()
     size = sum(t.nbytes for t in tensors)
     params = sum(math.prod(t.shape) for t in tensors)
@@ -362,7 +365,8 @@ def model_info(ours: OursRunner, path: Path, threads: int, n_batch: int, n_ctx: 
     return {"model": f"{arch} {_human_params(params).replace(' ', '')} {ftype}", "path": str(path),
             "file_bytes": path.stat().st_size, "size_bytes": size, "params": params,
             "backend": ",".join(sorted(set(m.placement().values()))) + f" ({decode_splits} splits)",
-            "graph_splits": {"decode": decode_splits, "prefill": prefill_splits}, "threads": threads,
+            "graph_splits": {"decode": decode_splits, "verify4": verify_splits, "prefill": prefill_splits},
+            "threads": threads,
             "n_batch": n_batch,
             "n_ctx": n_ctx}
 
