@@ -34,13 +34,16 @@ def offload_devices(names: Sequence[str] | None = None) -> list[str]:
     (accelerators such as BLAS only speed up CPU work and are not placement targets). `names` (-dev) picks
     offload devices by name, in that order; ["none"] offloads nothing. Raises ValueError naming an unknown one."""
     available = [d["name"] for d in _core.list_devices() if d["type"] in ("gpu", "igpu")]
+    names = None if names is None else list(names)
     if names is None:
         return [CPU, *available]
     if list(names) == ["none"]:
         return [CPU]
-    for name in names:
+    for i, name in enumerate(names):
         if name not in available:
             raise ValueError(f"--device {name!r}: unknown offload device (available: {', '.join(available) or 'none'})")
+        if name in names[:i]:
+            raise ValueError(f"--device {name!r} is given twice")
     return [CPU, *names]
 
 

@@ -123,3 +123,12 @@ def test_sequences_of_one_model_share_the_placed_weights(gguf, rpc_servers):
     for o in others:
         assert o.devices == m.devices
         assert o.generate(PROMPT, max_tokens=20, temperature=0).tokens == a.tokens
+
+
+@pytest.mark.parametrize("devices_arg,message", [(["NoSuchGpu0"], "unknown offload device"),
+                                                 (["{a}", "{a}"], "given twice")])
+def test_bad_device_list_names_the_culprit(gguf, devices, devices_arg, message):
+    from glm5next_runtime import Model
+    a = device_name(devices[0])
+    with pytest.raises(ValueError, match=message):
+        Model(gguf, n_ctx=64, n_threads=1, devices=[d.format(a=a) for d in devices_arg], n_gpu_layers=99)
