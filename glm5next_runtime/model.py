@@ -119,6 +119,9 @@ class Model:
         self._placement = self._plan()  # plan at load so a bad -ot rule fails here, naming it
         self._core.place({name: device for name, device in self._placement.items() if device != CPU})
         self._draft_core = _core.Model(os.fspath(draft_model), list(override_kv)) if draft_model else None
+        self._draft_placement = self._plan(self._draft_core) if self._draft_core else {}
+        if self._draft_core:
+            self._draft_core.place({name: dev for name, dev in self._draft_placement.items() if dev != CPU})
         self._spec_draft_type = spec_draft_type
         self._engine = self._new_engine()
         self._last: dict | None = None
@@ -307,8 +310,10 @@ class Model:
 
     @property
     def devices(self) -> list[str]:
-        """The devices other than the CPU that hold this model's weights (as placed at load, see placement())."""
-        return list(self._core.devices)
+        """The devices other than the CPU that hold this model's weights, the draft file's included (as placed at
+        load, see placement() and draft_placement())."""
+        main = list(self._core.devices)
+        return main + [d for d in (self._draft_core.devices if self._draft_core else []) if d not in main]
 
     def memory(self) -> list[dict]:
         """llama.cpp's load report: per device that holds anything, {"device", "weights", "caches", "compute"} in
@@ -326,12 +331,19 @@ class Model:
         """Tensor name -> device name ("CPU", "CUDA0", ...) under this model's placement settings."""
         return dict(self._placement)
 
+    def draft_placement(self) -> dict[str, str]:
+        """The same for the separate draft file (draft_model, -md), placed by the same rules (its NextN layer
+        follows -devd or the trunk's last layer, its output layer the trunk's); {} without one."""
+        return dict(self._draft_placement)
+
     def tensors(self) -> list[TensorInfo]:
         """Every tensor of the file (trunk file only, not a draft_model's), in file order: (name, ggml type name,
         shape, nbytes) (see TensorInfo)."""
         return [TensorInfo(*t) for t in self._core.tensors()]
 
-    def _plan(self) -> dict[str, str]:
-        hp = self.hparams
-        names = [t.name for t in self.tensors()]
+    def _plan(self, core: _core.Model | None = None) -> dict[str, str]:
+        """The placement of `core`'s tensors (default: this model's file)."""
+        core = core or self._core
+        hp = core.hparams
+        names = [name for name, *_ in core.tensors()]
         return plan_placement(names, hp["n_layer_all"], hp["n_trunk"], self._offload, **self._placement_args)

@@ -132,3 +132,20 @@ def test_bad_device_list_names_the_culprit(gguf, devices, devices_arg, message):
     a = device_name(devices[0])
     with pytest.raises(ValueError, match=message):
         Model(gguf, n_ctx=64, n_threads=1, devices=[d.format(a=a) for d in devices_arg], n_gpu_layers=99)
+
+
+@pytest.mark.parametrize("draft_on", ["trunk-device", "CPU"])
+def test_separate_draft_file_is_placed_too(checkpoints, devices, draft_on):
+    """-md: the draft file's NextN layer and output layer follow the same rules (-devd, the trunk's last layer)."""
+    from glm5next_runtime import Model
+    ckpt = checkpoints.make("spec-predictable", "predictable", dtype="f32")
+    trunk = checkpoints.convert(ckpt, tag="-no-mtp", outtype="f32", layout="no-mtp")
+    draft = checkpoints.convert(ckpt, tag="-mtp-only", outtype="f32", layout="mtp-only")
+    a = device_name(devices[0])
+    m = Model(trunk, n_ctx=256, n_threads=2, draft_model=draft, n_gpu_layers=99, devices=[a],
+              draft_device=None if draft_on == "trunk-device" else "CPU", spec_type="draft-mtp", draft_n_max=3)
+    nextn = {dev for name, dev in m.draft_placement().items() if name.startswith("blk.")}
+    assert nextn == ({a} if draft_on == "trunk-device" else {"CPU"})
+    plain = m.generate(PROMPT, max_tokens=40, temperature=0, spec_n_max=0).tokens
+    spec = m.generate(PROMPT, max_tokens=40, temperature=0)
+    assert spec.tokens == plain and spec.metrics["n_accepted"] > 0
