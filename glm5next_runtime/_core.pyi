@@ -23,7 +23,9 @@ class Model:
         Args:
             path: str, path of a .gguf file (combined, trunk-only or draft-only layout).
             override_kv: list of str, llama.cpp --override-kv "KEY=TYPE:VALUE" (TYPE int, float, bool or str; bool
-                values true/false), applied in order before any hyper-parameter is read or checked. KEY may use
+                values true/false; one str may hold several, comma-separated, as llama.cpp allows: a comma separates
+                only where "KEY=TYPE:" follows, so str values may hold commas), applied in order before any
+                hyper-parameter is read or checked. KEY may use
                 either arch prefix ("glm5next." or "glm5-next."). An int/float override of an existing key keeps
                 its stored type (range-checked).
         

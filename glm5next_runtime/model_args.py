@@ -94,8 +94,9 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                    help="weight type of the draft layer: auto (as stored) or requantized at load (q8_0, q4_0)")
     p.add_argument("--spec-index-share", choices=list(INDEX_SHARE), default="auto",
                    help="draft steps >= 1 reuse step 0's indexer selection (auto: the file's metadata)")
-    p.add_argument("--override-kv", action="append", default=[], metavar="KEY=TYPE:VALUE",
-                   help="override a GGUF metadata key; TYPE is int, float, bool or str (repeatable)")
+    p.add_argument("--override-kv", action="append", default=[], metavar="KEY=TYPE:VALUE[,...]",
+                   help="override a GGUF metadata key; TYPE is int, float, bool or str (repeatable, or several "
+                        "comma-separated as llama.cpp takes them; a comma inside a str value stays in it)")
     p.add_argument("--seed", type=int, default=-1, help="sampling seed (-1: a random one per request)")
 
 

@@ -178,6 +178,16 @@ def test_override_is_applied_before_the_checks(tiny, tmp_path):
         _core.Model(str(tiny), ["glm5-next.attention.indexer.kpool=int:3"])
 
 
+def test_override_value_may_list_several_as_llama_cpp(tiny):
+    m = _core.Model(str(tiny), ["general.name=str:renamed,glm5next.expert_used_count=int:1"])
+    assert m.metadata("general.name") == "renamed" and m.hparams["n_expert_used"] == 1
+    # a comma not followed by KEY=TYPE: belongs to the str value (llama.cpp would split there)
+    m = _core.Model(str(tiny), ["general.name=str:a, b,c=d,glm5-next.custom.note=str:x,y"])
+    assert m.metadata("general.name") == "a, b,c=d" and m.metadata("glm5next.custom.note") == "x,y"
+    with pytest.raises(ValueError, match="glm5next.block_count=int:five"):
+        _core.Model(str(tiny), ["general.name=str:x,glm5next.block_count=int:five"])
+
+
 @pytest.mark.parametrize("spec,message", [
     ("glm5next.block_count", "expected KEY=TYPE:VALUE"),
     ("glm5next.block_count=5", "expected KEY=TYPE:VALUE"),

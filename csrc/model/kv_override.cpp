@@ -7,6 +7,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 
 #include "model/gguf_keys.h"
 
@@ -122,6 +123,33 @@ void apply_one(gguf_context * ctx, const KvOverride & o, const std::string & key
 }
 
 }  // namespace
+
+namespace {
+
+// Whether an override ("KEY=TYPE:") starts at s[i].
+bool override_starts_at(const std::string & s, size_t i) {
+    size_t j = i;
+    while (j < s.size() && (std::isalnum((unsigned char) s[j]) || s[j] == '.' || s[j] == '_' || s[j] == '-')) ++j;
+    if (j == i || j >= s.size() || s[j] != '=') return false;
+    for (const char * type : {"int:", "float:", "bool:", "str:"}) {
+        if (s.compare(j + 1, std::strlen(type), type) == 0) return true;
+    }
+    return false;
+}
+
+}  // namespace
+
+std::vector<KvOverride> parse_kv_overrides(const std::string & value) {
+    std::vector<KvOverride> out;
+    size_t start = 0;
+    for (size_t i = 0; i <= value.size(); ++i) {
+        if (i == value.size() || (value[i] == ',' && override_starts_at(value, i + 1))) {
+            out.push_back(parse_kv_override(value.substr(start, i - start)));
+            start = i + 1;
+        }
+    }
+    return out;
+}
 
 KvOverride parse_kv_override(const std::string & spec) {
     const size_t eq = spec.find('=');

@@ -19,6 +19,13 @@ struct KvOverride {
 // Parses one "KEY=TYPE:VALUE" string. Throws ModelError on bad syntax.
 KvOverride parse_kv_override(const std::string & spec);
 
+// Parses one --override-kv value, which may hold several overrides separated by commas as llama.cpp allows
+// ("general.name=str:x,glm5next.expert_used_count=int:1"). A comma separates only where the next override begins
+// (a KEY of letters, digits, '.', '_' or '-', then '=int:', '=float:', '=bool:' or '=str:'), so a str VALUE may
+// hold commas (llama.cpp splits at every comma); a str VALUE cannot hold ",KEY=TYPE:" itself. Throws ModelError
+// on bad syntax, naming the override.
+std::vector<KvOverride> parse_kv_overrides(const std::string & value);
+
 // Applies `overrides` in order to `ctx`, before anything reads it. A key written with either arch prefix
 // is mapped to the file's own (the arch a general.architecture override sets, else the file's). An int
 // override of an existing integer key keeps that key's type (range-checked), a float override of an f32/f64 key

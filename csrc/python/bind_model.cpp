@@ -106,7 +106,9 @@ py::dict hparams_dict(const HParams & hp) {
 
 std::unique_ptr<Model> load(const std::string & path, const std::vector<std::string> & override_kv) {
     std::vector<KvOverride> overrides;
-    for (const std::string & spec : override_kv) overrides.push_back(parse_kv_override(spec));
+    for (const std::string & value : override_kv) {
+        for (KvOverride & o : parse_kv_overrides(value)) overrides.push_back(std::move(o));
+    }
     py::gil_scoped_release release;  // parsing metadata of a large vocab takes a moment; touches no Python object
     return Model::load(path, overrides);
 }
@@ -172,7 +174,9 @@ file; nothing is copied.
 Args:
     path: str, path of a .gguf file (combined, trunk-only or draft-only layout).
     override_kv: list of str, llama.cpp --override-kv "KEY=TYPE:VALUE" (TYPE int, float, bool or str; bool
-        values true/false), applied in order before any hyper-parameter is read or checked. KEY may use
+        values true/false; one str may hold several, comma-separated, as llama.cpp allows: a comma separates
+        only where "KEY=TYPE:" follows, so str values may hold commas), applied in order before any
+        hyper-parameter is read or checked. KEY may use
         either arch prefix ("glm5next." or "glm5-next."). An int/float override of an existing key keeps
         its stored type (range-checked).
 
