@@ -53,7 +53,8 @@ def list_devices_if_asked(prog: str, argv: Sequence[str] | None) -> None:
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
-    """Add -m, -md, -c, -t, -b, --rpc, --list-devices, the placement flags, the speculation flags, --override-kv and --seed to `p`."""
+    """Add -m, -md, -c, -t, -b, --rpc, --list-devices, the placement flags, the speculation flags, --override-kv
+    and --seed to `p`."""
     p.add_argument("-m", "--model", required=True, metavar="FILE", help="the glm5next .gguf file")
     p.add_argument("-md", "--model-draft", metavar="FILE",
                    help="separate draft file (converted with --mtp-only) whose NextN layer drafts for -m")
