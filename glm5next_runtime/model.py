@@ -34,10 +34,10 @@ def offload_devices(names: Sequence[str] | None = None) -> list[str]:
     (accelerators such as BLAS only speed up CPU work and are not placement targets). `names` (-dev) picks
     offload devices by name, in that order; ["none"] offloads nothing. Raises ValueError naming an unknown one."""
     available = [d["name"] for d in _core.list_devices() if d["type"] in ("gpu", "igpu")]
-    names = None if names is None else list(names)
     if names is None:
         return [CPU, *available]
-    if list(names) == ["none"]:
+    names = list(names)
+    if names == ["none"]:
         return [CPU]
     for i, name in enumerate(names):
         if name not in available:
@@ -116,12 +116,9 @@ class Model:
         self._placement_args = dict(n_gpu_layers=n_gpu_layers, cpu_moe=cpu_moe, n_cpu_moe=n_cpu_moe,
                                     override_tensor=tuple(override_tensor), split_mode=split_mode,
                                     tensor_split=tensor_split, main_gpu=main_gpu, draft_device=draft_device)
-        self._placement = self._plan()  # plan at load so a bad -ot rule fails here, naming it
-        self._core.place({name: device for name, device in self._placement.items() if device != CPU})
+        self._placement = self._place(self._core)  # at load: a bad -ot rule fails here, naming it
         self._draft_core = _core.Model(os.fspath(draft_model), list(override_kv)) if draft_model else None
-        self._draft_placement = self._plan(self._draft_core) if self._draft_core else {}
-        if self._draft_core:
-            self._draft_core.place({name: dev for name, dev in self._draft_placement.items() if dev != CPU})
+        self._draft_placement = self._place(self._draft_core) if self._draft_core else {}
         self._spec_draft_type = spec_draft_type
         self._engine = self._new_engine()
         self._last: dict | None = None
@@ -290,8 +287,8 @@ class Model:
             None keeps the model's (draft_n_min, draft_p_min).
         synthetic_accepted: benchmarks only, a fixed mean number of accepted drafts per round (< 0: real
             acceptance).
-        Use one generator at a time: each shares the model's sequence. Raises ValueError for an unknown index_share, drafting (n_max > 0) without a NextN layer,
-        n_max >= n_batch or invalid sampler settings.
+        Use one generator at a time: each shares the model's sequence. Raises ValueError for an unknown
+        index_share, drafting (n_max > 0) without a NextN layer, n_max >= n_batch or invalid sampler settings.
         """
         if index_share is not None and index_share not in INDEX_SHARE:
             raise ValueError(f"index_share {index_share!r}: expected auto, on or off")
@@ -341,9 +338,10 @@ class Model:
         shape, nbytes) (see TensorInfo)."""
         return [TensorInfo(*t) for t in self._core.tensors()]
 
-    def _plan(self, core: _core.Model | None = None) -> dict[str, str]:
-        """The placement of `core`'s tensors (default: this model's file)."""
-        core = core or self._core
+    def _place(self, core: _core.Model) -> dict[str, str]:
+        """Plans where `core`'s tensors go under this model's placement settings, places them, returns the plan."""
         hp = core.hparams
         names = [name for name, *_ in core.tensors()]
-        return plan_placement(names, hp["n_layer_all"], hp["n_trunk"], self._offload, **self._placement_args)
+        plan = plan_placement(names, hp["n_layer_all"], hp["n_trunk"], self._offload, **self._placement_args)
+        core.place({name: device for name, device in plan.items() if device != CPU})
+        return plan

@@ -1,6 +1,5 @@
 #include "graph/draft_head.h"
 
-
 namespace glm5next {
 
 void build_draft_graph(DraftGraph & g, ggml_context * ctx, const Model & model, const LayerWeights & w,
@@ -14,11 +13,11 @@ void build_draft_graph(DraftGraph & g, ggml_context * ctx, const Model & model, 
     g.params.kpool_saved = {saved_p0, hp.idx_kpool, hp.idx_top_k / hp.idx_kpool, hp.idx_select_tail};
     g.params.moe = {hp.n_expert_used, hp.n_expert_groups, hp.n_group_used, hp.expert_weights_norm, hp.expert_weights_scale};
 
-    g.inp_hidden.emplace(ctx, hp.n_embd, n_rows);
-    g.inp_tokens.emplace(ctx, n_rows);
+    g.inp_hidden.emplace(ctx, GGML_TYPE_F32, hp.n_embd, n_rows, "inp_hidden");
+    g.inp_tokens.emplace(ctx, GGML_TYPE_I32, n_rows, 1, "inp_tokens");
     g.inp_row_scale.emplace(ctx, hp, n_rows);
     BlockBuilder b(ctx, g.gf, hp, g.params, n_rows, pos0, g.inp_row_scale->t);
-    b.use_cpu_kernels(device_of(w.eh_proj) == ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU));
+    b.use_cpu_kernels(on_cpu(w.eh_proj));
 
     // u = eh_proj [RMSNorm_e(E[x_{p+1}]); RMSNorm_h(h_p)], embedding half first
     ggml_tensor * embd = ggml_get_rows(ctx, w.nextn_embd ? w.nextn_embd : model.tok_embd, g.inp_tokens->t);
@@ -27,7 +26,7 @@ void build_draft_graph(DraftGraph & g, ggml_context * ctx, const Model & model, 
 
     Selection sel;
     if (shared) {
-        g.inp_saved_pools.emplace(ctx, g.params.kpool.n_top_pool);
+        g.inp_saved_pools.emplace(ctx, GGML_TYPE_I32, g.params.kpool.n_top_pool, 1, "inp_saved_pools");
         sel = Selection{g.inp_saved_pools->t, &g.params.kpool_saved};
     }
     ggml_tensor * a = ggml_add(ctx, u, b.dsa(b.rms(u, w.attn_norm), w, cache.layer(il), !shared, sel));

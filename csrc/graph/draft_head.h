@@ -14,9 +14,9 @@ namespace glm5next {
 
 struct DraftGraph {
     ggml_cgraph * gf = nullptr;
-    std::optional<InputHidden> inp_hidden;          // h_p (trunk post-norm) or z of the step before
-    std::optional<InputTokens> inp_tokens;          // x_{p+1}
-    std::optional<InputSavedPools> inp_saved_pools; // step 0's pools, when this step reuses them
+    std::optional<InputArray> inp_hidden;           // h_p (trunk post-norm) or z of the step before
+    std::optional<InputArray> inp_tokens;           // x_{p+1}
+    std::optional<InputArray> inp_saved_pools;      // step 0's pools, when this step reuses them
     std::optional<InputRowScale> inp_row_scale;
     ggml_tensor * logits = nullptr;           // f32 [n_vocab, 1]: the last row
     ggml_tensor * z = nullptr;                // f32 [n_embd, 1]: the last row's post-shared-norm output

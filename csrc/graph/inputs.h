@@ -10,25 +10,13 @@
 
 namespace glm5next {
 
-// Token ids: i32 [n_rows].
-struct InputTokens {
+// An input filled whole from host memory, in ggml's layout: token ids i32 [n_rows] ("inp_tokens"), hidden rows
+// f32 [n_embd, n_rows] from row-major [n_rows, n_embd] ("inp_hidden"), a reused selection i32 [n_top_pool, 1]
+// ("inp_saved_pools").
+struct InputArray {
     ggml_tensor * t = nullptr;
-    InputTokens(ggml_context * ctx, int64_t n_rows);
-    void set_input(const int32_t * ids) const;
-};
-
-// Hidden states fed to the draft head: f32 [n_embd, n_rows] from row-major [n_rows, n_embd].
-struct InputHidden {
-    ggml_tensor * t = nullptr;
-    InputHidden(ggml_context * ctx, int64_t n_embd, int64_t n_rows);
-    void set_input(const float * rows) const;
-};
-
-// Pools a draft step reuses (index sharing): i32 [n_top_pool, 1].
-struct InputSavedPools {
-    ggml_tensor * t = nullptr;
-    InputSavedPools(ggml_context * ctx, int64_t n_top_pool);
-    void set_input(const int32_t * pools) const;
+    InputArray(ggml_context * ctx, ggml_type type, int64_t ne0, int64_t ne1, const char * name);
+    void set_input(const void * data) const;  // ggml_nbytes(t) bytes
 };
 
 // f32 [1, n_rows]: 1 for a row that selects at least one key, 0 for one that selects none (only possible without

@@ -1,6 +1,5 @@
 #include "graph/trunk.h"
 
-
 namespace glm5next {
 
 void build_trunk_graph(TrunkGraph & g, ggml_context * ctx, const Model & model, const CacheView & cache,
@@ -13,7 +12,7 @@ void build_trunk_graph(TrunkGraph & g, ggml_context * ctx, const Model & model, 
     g.dsa_layers.clear();
     g.selections.clear();
 
-    g.inp_tokens.emplace(ctx, n_tokens);
+    g.inp_tokens.emplace(ctx, GGML_TYPE_I32, n_tokens, 1, "inp_tokens");
     g.inp_row_scale.emplace(ctx, hp, n_tokens);
     BlockBuilder b(ctx, g.gf, hp, g.params, n_tokens, n_past, g.inp_row_scale->t);
     g.snapshots.clear();
@@ -25,13 +24,12 @@ void build_trunk_graph(TrunkGraph & g, ggml_context * ctx, const Model & model, 
     ggml_tensor * x = ggml_get_rows(ctx, model.tok_embd, g.inp_tokens->t);  // [n_embd, T]
     x = ggml_repeat_4d(ctx, ggml_reshape_3d(ctx, x, n_embd, 1, n_tokens), n_embd, hc, n_tokens, 1);
 
-    ggml_backend_dev_t cpu = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
     Selection sel;  // a "shared" layer reuses the selection of the full layer before it
     for (uint32_t il = 0; il < hp.n_trunk(); ++il) {
         const LayerWeights & w = model.layers[il];
         const LayerCache & c = cache.layer(il);
         ggml_tensor *post, *comb;
-        b.use_cpu_kernels(device_of(w.hc_attn_fn) == cpu);
+        b.use_cpu_kernels(on_cpu(w.hc_attn_fn));
 
         ggml_tensor * cur = b.rms(b.hc_pre(x, w.hc_attn_fn, w.hc_attn_scale, w.hc_attn_base, &post, &comb), w.attn_norm);
         if (hp.is_kda(il)) {

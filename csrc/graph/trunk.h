@@ -16,7 +16,7 @@ namespace glm5next {
 // stay alive (and not move) until the graph has been computed.
 struct TrunkGraph {
     ggml_cgraph * gf = nullptr;
-    std::optional<InputTokens> inp_tokens;     // i32 [n_tokens]
+    std::optional<InputArray> inp_tokens;      // i32 [n_tokens]
     std::optional<InputRowScale> inp_row_scale;
     ggml_tensor * logits = nullptr;         // f32 [n_vocab, n_out] (n_out = n_tokens or 1)
     ggml_tensor * hidden = nullptr;         // f32 [n_embd, n_tokens] post-norm hidden (the draft head's input)

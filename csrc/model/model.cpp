@@ -150,6 +150,10 @@ ggml_backend_dev_t device_of(ggml_backend_buffer_t buffer) {
 
 ggml_backend_dev_t device_of(const ggml_tensor * weight) { return device_of(weight->buffer); }
 
+bool on_cpu(const ggml_tensor * weight) {
+    return ggml_backend_dev_type(device_of(weight)) == GGML_BACKEND_DEVICE_TYPE_CPU;
+}
+
 void Model::place(const std::map<std::string, std::string> & device_of) {
     if (!devices_.empty()) throw ModelError(path + ": the weights are placed already");
     std::map<std::string, std::vector<std::string>> by_device;  // device -> tensor names, in name order

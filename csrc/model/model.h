@@ -67,5 +67,7 @@ private:
 ggml_backend_dev_t device_of(ggml_backend_buffer_t buffer);
 // The device whose memory holds `weight` (see above).
 ggml_backend_dev_t device_of(const ggml_tensor * weight);
+// Whether `weight` lives in CPU memory (the mapping or a CPU buffer).
+bool on_cpu(const ggml_tensor * weight);
 
 }  // namespace glm5next

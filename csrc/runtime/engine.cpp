@@ -107,7 +107,8 @@ std::vector<DeviceMemory> Engine::memory() const {
             by_dev[device_of(stored)].weights += ggml_row_size(type, stored->ne[0]) * ggml_nrows(stored) - ggml_nbytes(stored);
         }
     }
-    for (const SeqCache * c : {static_cast<const SeqCache *>(&cache_), static_cast<const SeqCache *>(draft_cache_.get())}) {
+    const SeqCache * caches[] = {&cache_, draft_cache_.get()};
+    for (const SeqCache * c : caches) {
         if (c == nullptr) continue;
         for (const auto & [dev, n] : c->bytes_by_device()) by_dev[dev].caches += n;
     }

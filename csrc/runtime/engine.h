@@ -94,12 +94,10 @@ public:
     const EngineParams & params() const { return params_; }
 
     bool has_draft_head() const { return draft_cache_ != nullptr; }
-    // Graph splits of the last graph the scheduler ran (1 when every op ran on one device) and the tensors it
-    // copied between devices for it.
+    // Graph splits of the last graph the scheduler ran (1 when every op ran on one device).
     int n_splits() const { return ggml_backend_sched_get_n_splits(sched_); }
     // Per device that holds weights, caches or compute buffers: the bytes of each (CPU last).
     std::vector<DeviceMemory> memory() const;
-    int n_copies() const { return ggml_backend_sched_get_n_copies(sched_); }
     const DraftWeights * draft_weights() const { return draft_weights_.get(); }  // null without a draft head
     bool index_share_mtp() const { return model_.hp.index_share_mtp; }
     const SeqCache & cache() const { return cache_; }

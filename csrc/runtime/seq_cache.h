@@ -55,7 +55,7 @@ public:
 private:
     void rollback_kda(const KdaSnapshots & s, int64_t n_rows, int64_t n_keep);
 
-    HParams hp_;
+    const HParams & hp_;  // the model's, which outlives the cache
     std::vector<LayerCache> layers_;
     uint32_t first_layer_;
     uint32_t n_ctx_;
