@@ -149,9 +149,17 @@ class Engine:
         """
         memory() -> list of dict(device, weights, caches, compute) in bytes, one per device that holds any, the CPU last: llama.cpp's load report. compute is the scheduler's buffer, sized at load for a full ubatch at the end of the context.
         """
+    def profile_traffic(self, on: bool) -> None:
+        """
+        Measure bytes copied and copy time of every graph run from now on (slows compute: each device syncs after every node; for benchmarks).
+        """
     def reset(self) -> None:
         """
         Forget the sequence (caches cleared, n_past = 0).
+        """
+    def traffic(self) -> dict:
+        """
+        traffic() -> dict(splits, bytes_copied, copy_seconds) of the last graph run: bytes the scheduler copied between devices and the seconds those copies took, measured only while profile_traffic is on (else 0 and -1).
         """
     def verify(self, tokens: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex]) -> dict:
         """

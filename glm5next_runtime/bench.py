@@ -341,15 +341,28 @@ def _human_params(n: float) -> str:
     return f"{n / 1e9:.2f} B" if n >= 1e9 else f"{n / 1e6:.2f} M"
 
 
+def _traffic(m: Any, tokens: list[int], logits_all: bool, n_runs: int) -> dict[str, Any]:
+    """Splits, bytes copied between devices and median copy seconds of evaluating `tokens` after a reset."""
+    seconds, t = [], {}
+    m.profile_traffic(True)
+    try:
+        for _ in range(n_runs):
+            m.reset()
+            m.eval(tokens, logits_all=logits_all)
+            t = m.graph_traffic
+            seconds.append(t["copy_seconds"])
+    finally:
+        m.profile_traffic(False)
+    return {"rows": len(tokens), "splits": t["splits"], "bytes_copied": t["bytes_copied"],
+            "copy_seconds": statistics.median(seconds)}
+
+
 def model_info(ours: OursRunner, path: Path, threads: int, n_batch: int, n_ctx: int) -> dict[str, Any]:
     m = ours.model
-    prefill_splits = m.graph_splits  # of the warm-up ubatch
-    m.reset()
-    m.eval([0])  # a decode token's graph (the rows reset the sequence before they run)
-    decode_splits = m.graph_splits
-    m.reset()
-    m.eval([0] * min(4, m.n_ctx), logits_all=True)  # the shape of a verify pass with 3 drafts
-    verify_splits = m.graph_splits
+    # What crosses devices per graph (runtime/traffic.h; the rows reset the sequence before they run): a decode
+    # token, a verify pass with 3 drafts, a prefill ubatch. Copy time is measured with every node synced.
+    traffic = {"decode": _traffic(m, [0], False, 5), "verify4": _traffic(m, [0] * min(4, m.n_ctx), True, 3),
+               "prefill": _traffic(m, [0] * min(n_batch, m.n_ctx), False, 1)}
     tensors = m.tensors()
     size = sum(t.nbytes for t in tensors)
     params = sum(math.prod(t.shape) for t in tensors)
@@ -364,8 +377,8 @@ def model_info(ours: OursRunner, path: Path, threads: int, n_batch: int, n_ctx: 
     arch = m.metadata("general.architecture")
     return {"model": f"{arch} {_human_params(params).replace(' ', '')} {ftype}", "path": str(path),
             "file_bytes": path.stat().st_size, "size_bytes": size, "params": params,
-            "backend": ",".join(sorted(set(m.placement().values()))) + f" ({decode_splits} splits)",
-            "graph_splits": {"decode": decode_splits, "verify4": verify_splits, "prefill": prefill_splits},
+            "backend": ",".join(sorted(set(m.placement().values()))) + f" ({traffic['decode']['splits']} splits)",
+            "traffic": traffic,
             "threads": threads,
             "n_batch": n_batch,
             "n_ctx": n_ctx}
@@ -403,10 +416,28 @@ def render_md(report: dict[str, Any]) -> str:
     out = [_table(header, align, lines), "",
            f"t/s: median ± stdev of {report['repetitions']} runs; n_batch {info['n_batch']}, n_ctx {info['n_ctx']}"
            + (", ratio = glm5next / llama.cpp (medians)" if UPSTREAM in engines else "")]
+    if info["traffic"]["decode"]["splits"] > 1:
+        out += ["", "between devices, per graph run (copy time measured with every node synced; share = of the first "
+                "pp / tg row's time per ubatch / token):", _traffic_table(report)]
     mem = report.get("memory")
     if mem:
         out += ["", f"resident memory (file {_human_bytes(info['file_bytes'])}, memory-mapped):", _memory_table(mem)]
     return "\n".join(out)
+
+
+def _traffic_table(report: dict[str, Any]) -> str:
+    traffic = report["model"]["traffic"]
+    first_tps = {kind: next((r[OURS]["tps_median"] for r in report["rows"] if r["test"].startswith(kind)), None)
+                 for kind in ("pp", "tg")}
+    lines = []
+    for graph, kind in (("decode", "tg"), ("verify4", None), ("prefill", "pp")):
+        t = traffic[graph]
+        tps = first_tps.get(kind) if kind else None
+        share = f"{100 * t['copy_seconds'] * tps / t['rows']:.1f}%" if tps else "-"
+        rows = f"{t['rows']} row" + ("s" if t["rows"] > 1 else "")
+        lines.append([f"{graph} ({rows})", str(t["splits"]), f"{t['bytes_copied'] / 1024:.1f} KiB",
+                      f"{1e3 * t['copy_seconds']:.3f}", share])
+    return _table(["graph", "splits", "copied", "copy ms", "share"], ["l", "r", "r", "r", "r"], lines)
 
 
 def _memory_table(mem: list[dict[str, Any]]) -> str:

@@ -324,6 +324,18 @@ class Model:
         graph crossed devices (each split boundary copies tensors between them)."""
         return self._engine.n_splits
 
+    @property
+    def graph_traffic(self) -> dict[str, Any]:
+        """What crossed devices in the last graph run: {"splits": int, "bytes_copied": int (bytes the scheduler
+        copied between devices), "copy_seconds": float (time those copies took)}; bytes and seconds are measured
+        only while profile_traffic(True) is on (else 0 and -1)."""
+        return self._engine.traffic()
+
+    def profile_traffic(self, on: bool) -> None:
+        """Measure graph_traffic's bytes and copy time on every graph run from now on. Compute is slower while on
+        (each device syncs after every node), the copies are not: compare copy_seconds with an unprofiled run."""
+        self._engine.profile_traffic(bool(on))
+
     def placement(self) -> dict[str, str]:
         """Tensor name -> device name ("CPU", "CUDA0", ...) under this model's placement settings."""
         return dict(self._placement)

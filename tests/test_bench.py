@@ -217,15 +217,29 @@ def test_spec_prompts_unreadable(capsys, tiny_q8, tmp_path):
     assert rc == 2 and "cannot read" in err and "missing.py" in err
 
 
-def test_placement_over_rpc_reports_graph_splits(capsys, tiny_q8, rpc_servers):
-    """-ngl over an RPC device: the rows run placed, and the report says where and in how many graph splits."""
+def test_placement_over_rpc_reports_what_crosses_devices(capsys, tiny_q8, rpc_servers):
+    """-ngl over an RPC device: the rows run placed, and the report says where, in how many graph splits, and how
+    many bytes the scheduler copied between devices in how much time."""
     endpoint, _ = rpc_servers.get("bench")
     rc, out, err = _run(capsys, ["-m", str(tiny_q8), "-p", "16", "-n", "4", "-r", "1", "-t", "1", "-b", "8",
                                  "--rpc", endpoint, "-ngl", "99", "-o", "json"])
     assert rc == 0, err
     info = json.loads(out)["model"]
     assert info["backend"].startswith("CPU,RPC")
-    assert all(info["graph_splits"][k] > 1 for k in ("decode", "verify4", "prefill"))
+    traffic = info["traffic"]
+    assert all(traffic[k]["splits"] > 1 for k in ("decode", "verify4", "prefill"))
+    # a decode token's embedding row (the input layer stays on the CPU, as in llama.cpp) crosses to the device
+    from glm5next_runtime import Model
+    assert traffic["decode"]["bytes_copied"] >= 4 * Model(tiny_q8).hparams["n_embd"]
+    assert traffic["verify4"]["bytes_copied"] > traffic["decode"]["bytes_copied"]
+    assert all(traffic[k]["copy_seconds"] > 0 for k in traffic)
+
+
+def test_cpu_only_run_copies_nothing(capsys, tiny_q8):
+    rc, out, err = _run(capsys, ["-m", str(tiny_q8), "-p", "8", "-n", "2", "-r", "1", "-t", "1", "-o", "json"])
+    assert rc == 0, err
+    traffic = json.loads(out)["model"]["traffic"]
+    assert all(t["splits"] == 1 and t["bytes_copied"] == 0 for t in traffic.values())
 
 
 def test_placement_with_llama_cpp_is_refused(capsys, tiny_q8):

@@ -27,9 +27,23 @@ def devices(rpc_servers):
     return endpoints
 
 
+# How run() feeds the prompt: single rows before any pool is complete and while fewer than index_topk / kpool
+# pools are candidates (attention over gathered rows, non-candidates masked), one large ubatch (one masked dense
+# pass), a 4-row ubatch whose first rows cannot see the pool its last row completes (as a verify pass), single rows.
+CHUNKS = [1] * 18 + [56, 4] + [1] * 2
+
+
 def run(model):
-    logits = model.eval(PROMPT, logits_all=True)
-    return logits, {il: model.selected_positions(il) for il in model.dsa_layers}
+    """Logits of every row of PROMPT fed in CHUNKS, and each DSA layer's selections."""
+    assert sum(CHUNKS) == len(PROMPT)
+    model.reset()
+    logits, selections, start = [], {}, 0
+    for n in CHUNKS:
+        logits.append(model.eval(PROMPT[start:start + n], logits_all=True))
+        start += n
+        for il in model.dsa_layers:
+            selections.setdefault(il, []).extend(model.selected_positions(il))
+    return np.concatenate(logits), selections
 
 
 @pytest.fixture(scope="module")

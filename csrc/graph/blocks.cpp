@@ -5,6 +5,7 @@
 #include <string>
 
 #include "graph/mhc_ops.h"
+#include "graph/select_std.h"
 
 namespace glm5next {
 
@@ -157,7 +158,7 @@ ggml_tensor * BlockBuilder::kda(ggml_tensor * x, const LayerWeights & w, const L
 
 // The kpool indexer (model.md, Indexer): caches key/gate rows and the pooled key of every pool completed by
 // this ubatch, scores all complete pools, returns the chosen pools i32 [n_top_pool, T].
-ggml_tensor * BlockBuilder::indexer(ggml_tensor * x, ggml_tensor * qr, const LayerWeights & w, const LayerCache & c) const {
+Selection BlockBuilder::indexer(ggml_tensor * x, ggml_tensor * qr, const LayerWeights & w, const LayerCache & c) const {
     const int64_t idim = hp.idx_head_dim, ih = hp.idx_n_head, kpool = hp.idx_kpool;
     ggml_tensor * ik = ggml_norm(ctx, ggml_mul_mat(ctx, w.idx_k, x), hp.ln_eps);
     ik = ggml_add(ctx, ggml_mul(ctx, ik, w.idx_k_norm), w.idx_k_norm_b);
@@ -185,8 +186,12 @@ ggml_tensor * BlockBuilder::indexer(ggml_tensor * x, ggml_tensor * qr, const Lay
     kq = ggml_relu(ctx, ggml_scale(ctx, kq, 1.0f / std::sqrt((float) idim)));
     kq = ggml_cont(ctx, ggml_permute(ctx, kq, 1, 2, 0, 3));                        // [ih, n_pool, T]
     ggml_tensor * wts = ggml_scale(ctx, ggml_mul_mat(ctx, w.idx_proj, x), 1.0f / std::sqrt((float) ih));
-    ggml_tensor * scores = ggml_mul_mat(ctx, kq, ggml_reshape_3d(ctx, wts, ih, 1, T));  // [n_pool, 1, T]
-    return kpool_top_k(ctx, ggml_reshape_2d(ctx, scores, n_pool, T), &params.kpool);
+    ggml_tensor * scores = ggml_reshape_2d(ctx, ggml_mul_mat(ctx, kq, ggml_reshape_3d(ctx, wts, ih, 1, T)), n_pool, T);
+    if (cpu_kernels) {
+        return Selection{kpool_top_k(ctx, scores, &params.kpool), &params.kpool};
+    }
+    if (!kpool_inputs) kpool_inputs.emplace(ctx, T);
+    return Selection{kpool_top_k_std(ctx, scores, kpool_inputs->n_cand, params.kpool.n_top_pool), &params.kpool, true};
 }
 
 // Sparse MLA over the latent (model.md, DSA), W_kb absorbed into the query and W_vb applied after.
@@ -197,7 +202,7 @@ ggml_tensor * BlockBuilder::dsa(ggml_tensor * x, const LayerWeights & w, const L
     ggml_tensor * q = ggml_reshape_3d(ctx, ggml_mul_mat(ctx, w.wq_b, qr), nope, nh, T);
     write_rows(ctx, gf, rms(ggml_mul_mat(ctx, w.wkv_a, x), w.kv_a_norm), c.latent, n_past);
     if (run_indexer) {
-        sel = Selection{indexer(x, qr, w, c), &params.kpool};
+        sel = indexer(x, qr, w, c);
     } else if (sel.pools == nullptr) {
         throw std::logic_error("a DSA layer without an indexer needs a selection to reuse");
     }
@@ -205,7 +210,10 @@ ggml_tensor * BlockBuilder::dsa(ggml_tensor * x, const LayerWeights & w, const L
     ggml_tensor * q_abs = ggml_mul_mat(ctx, w.wk_b, ggml_permute(ctx, q, 0, 2, 1, 3));  // [kvr, T, nh]
     ggml_tensor * o;
     if (T <= kGatherMaxRows) {
-        if (sel.rows == nullptr) {
+        if (sel.rows == nullptr && sel.std_ops) {
+            kpool_inputs->add_tail(ctx, hp);
+            kpool_rows_std(ctx, sel.pools, *kpool_inputs, hp.idx_kpool, n_kv, &sel.rows, &sel.rows_mask);
+        } else if (sel.rows == nullptr) {
             sel.rows = kpool_rows(ctx, sel.pools, sel.at);
             sel.rows_mask = kpool_rows_mask(ctx, sel.pools, sel.at);
         }

@@ -2,9 +2,11 @@
 // dense and MoE SwiGLU FFN. The trunk graph (trunk.cpp) and the NextN draft head (draft_head.cpp) share them.
 #pragma once
 
+#include <optional>
 #include <vector>
 
 #include "ggml.h"
+#include "graph/inputs.h"
 #include "graph/layer_cache.h"
 #include "graph/select_ops.h"
 #include "model/hparams.h"
@@ -21,10 +23,12 @@ struct GraphParams {
 
 // A DSA layer's choice of keys: the chosen pools i32 [n_top_pool, n_rows] of the rows `at` describes, and what
 // attention needs of them (built on first use, so a "shared" layer reuses them): for a large ubatch the mask
-// f32 [n_kv, n_rows] over all cached rows; for a small one the gathered row indices and their mask.
+// f32 [n_kv, n_rows] over all cached rows; for a small one the gathered row indices and their mask. `std_ops`:
+// the pools came from ggml's standard ops (graph/select_std.h) and their rows are gathered the same way.
 struct Selection {
     ggml_tensor * pools = nullptr;
     const KpoolParams * at = nullptr;
+    bool std_ops = false;
     ggml_tensor * mask = nullptr;
     ggml_tensor * rows = nullptr;
     ggml_tensor * rows_mask = nullptr;
@@ -40,18 +44,21 @@ inline size_t graph_size(const HParams & hp) { return 2048 + 384 * (size_t) hp.n
 class BlockBuilder {
 public:
     // `n_rows` rows at positions n_past..n_past+n_rows-1; `row_scale` f32 [1, n_rows] zeroes rows that select no
-    // key (nullptr when kpool_select_tail guarantees one).
+    // key (nullptr when kpool_select_tail guarantees one). `kpool_inputs` is the graph's input for selections made
+    // with ggml's standard ops, created here by the first layer that needs it.
     BlockBuilder(ggml_context * ctx, ggml_cgraph * gf, const HParams & hp, GraphParams & params, int64_t n_rows,
-                 int64_t n_past, ggml_tensor * row_scale)
-        : ctx(ctx), gf(gf), hp(hp), params(params), T(n_rows), n_past(n_past), row_scale(row_scale) {}
+                 int64_t n_past, ggml_tensor * row_scale, std::optional<InputKpoolRows> & kpool_inputs)
+        : ctx(ctx), gf(gf), hp(hp), params(params), T(n_rows), n_past(n_past), row_scale(row_scale),
+          kpool_inputs(kpool_inputs) {}
 
     // Keep per-row KDA snapshots in `out` (verify passes).
     void keep_snapshots(std::vector<KdaSnapshots> * out) { snapshots = out; }
 
-    // Whether the blocks built next use this project's CPU kernels for the mHC steps and MoE routing
-    // (graph/mhc_ops.h, graph/select_ops.h: faster on the CPU) or ggml's standard ops (every device has them). A
-    // layer whose weights live on another device uses ggml's, so that those steps run there instead of crossing
-    // to the CPU and back. (The indexer's top-k and masks always run our CPU kernels: see graph/select_ops.h.)
+    // Whether the blocks built next use this project's CPU kernels for the mHC steps, MoE routing and the
+    // indexer's choices (graph/mhc_ops.h, graph/select_ops.h: faster on the CPU, exact ties to the lower index) or
+    // ggml's standard ops (every device has them; graph/select_std.h says what can differ). A layer whose weights
+    // live on another device uses ggml's, so that those steps run there instead of crossing to the CPU and back.
+    // (A large ubatch's dense attention mask and a reused selection's rows are always made by our CPU kernels.)
     void use_cpu_kernels(bool on) { cpu_kernels = on; }
 
     ggml_tensor * rms(ggml_tensor * x, ggml_tensor * w) const;
@@ -73,7 +80,7 @@ public:
 private:
     ggml_tensor * conv(ggml_tensor * x, ggml_tensor * proj, ggml_tensor * kernel, ggml_tensor * conv_cache, int part,
                        ggml_tensor ** xt_out) const;
-    ggml_tensor * indexer(ggml_tensor * x, ggml_tensor * qr, const LayerWeights & w, const LayerCache & c) const;
+    Selection indexer(ggml_tensor * x, ggml_tensor * qr, const LayerWeights & w, const LayerCache & c) const;
     void route(ggml_tensor * logits, ggml_tensor * bias, ggml_tensor ** ids, ggml_tensor ** wts) const;
 
     ggml_context * ctx;
@@ -83,6 +90,7 @@ private:
     int64_t T;
     int64_t n_past;
     ggml_tensor * row_scale;
+    std::optional<InputKpoolRows> & kpool_inputs;
     std::vector<KdaSnapshots> * snapshots = nullptr;
     bool cpu_kernels = true;
 };

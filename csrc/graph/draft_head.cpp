@@ -16,7 +16,7 @@ void build_draft_graph(DraftGraph & g, ggml_context * ctx, const Model & model, 
     g.inp_hidden.emplace(ctx, GGML_TYPE_F32, hp.n_embd, n_rows, "inp_hidden");
     g.inp_tokens.emplace(ctx, GGML_TYPE_I32, n_rows, 1, "inp_tokens");
     g.inp_row_scale.emplace(ctx, hp, n_rows);
-    BlockBuilder b(ctx, g.gf, hp, g.params, n_rows, pos0, g.inp_row_scale->t);
+    BlockBuilder b(ctx, g.gf, hp, g.params, n_rows, pos0, g.inp_row_scale->t, g.inp_kpool_rows);
     b.use_cpu_kernels(on_cpu(w.eh_proj));
 
     // u = eh_proj [RMSNorm_e(E[x_{p+1}]); RMSNorm_h(h_p)], embedding half first
@@ -52,6 +52,7 @@ void DraftGraph::set_inputs(const float * hidden, const int32_t * tokens, const 
     inp_tokens->set_input(tokens);
     if (inp_saved_pools) inp_saved_pools->set_input(saved_pools);
     inp_row_scale->set_input(inp_saved_pools ? params.kpool_saved : params.kpool);
+    if (inp_kpool_rows) inp_kpool_rows->set_input(params.kpool);
 }
 
 }  // namespace glm5next

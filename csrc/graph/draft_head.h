@@ -18,6 +18,7 @@ struct DraftGraph {
     std::optional<InputArray> inp_tokens;           // x_{p+1}
     std::optional<InputArray> inp_saved_pools;      // step 0's pools, when this step reuses them
     std::optional<InputRowScale> inp_row_scale;
+    std::optional<InputKpoolRows> inp_kpool_rows;   // when the layer is on a device and selects there
     ggml_tensor * logits = nullptr;           // f32 [n_vocab, 1]: the last row
     ggml_tensor * z = nullptr;                // f32 [n_embd, 1]: the last row's post-shared-norm output
     ggml_tensor * pools = nullptr;            // i32 [n_top_pool, n_rows]: the chosen pools

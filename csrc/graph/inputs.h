@@ -27,4 +27,18 @@ struct InputRowScale {
     void set_input(const KpoolParams & at) const;
 };
 
+// What the indexer's choices need when built from ggml's standard ops (graph/select_std.h), per row of the
+// ubatch: f32 [1, n_rows] its number of candidate pools (n_candidates); and, once a layer gathers rows (add_tail,
+// with kpool_select_tail), its tail rows f32 [kpool-1, n_rows] as exact floats (unused slots 0) and their mask
+// f32 [kpool-1, n_rows] (0 or kSelectMasked). Created by the first layer that needs it: an input no node reads
+// gets no buffer.
+struct InputKpoolRows {
+    ggml_tensor * n_cand = nullptr;
+    ggml_tensor * tail_rows = nullptr;
+    ggml_tensor * tail_mask = nullptr;
+    InputKpoolRows(ggml_context * ctx, int64_t n_rows);
+    void add_tail(ggml_context * ctx, const HParams & hp);
+    void set_input(const KpoolParams & at) const;
+};
+
 }  // namespace glm5next

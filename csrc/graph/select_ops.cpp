@@ -26,7 +26,7 @@ void kpool_top_k_op(ggml_tensor * dst, int ith, int nth, void * userdata) {
     std::vector<int32_t> cand, best;
     for (int64_t t = ith; t < n_tokens; t += nth) {
         const float * s = (const float *) ((const char *) scores->data + t * scores->nb[1]);
-        const int64_t n_complete = std::min(n_pool, (p->n_past + t + 1) / p->kpool);
+        const int64_t n_complete = std::min(n_pool, n_candidates(*p, t));
         cand.resize(n_complete);
         std::iota(cand.begin(), cand.end(), 0);
         top_k_indices(s, cand, p->n_top_pool, best);
@@ -128,10 +128,20 @@ void moe_route_op(ggml_tensor * dst, int ith, int nth, void * userdata) {
 
 }  // namespace
 
+int64_t n_candidates(const KpoolParams & p, int64_t t) { return (p.n_past + t + 1) / p.kpool; }
+
+void canonical_pools(const KpoolParams & p, int32_t * pools, int64_t n_pools, int64_t t) {
+    const int64_t n_cand = n_candidates(p, t);
+    for (int64_t i = 0; i < n_pools; ++i) {
+        if (pools[i] < 0 || pools[i] >= n_cand) pools[i] = -1;
+    }
+}
+
 int64_t selected_rows(const KpoolParams & p, const int32_t * pools, int64_t n_pools, int64_t t, int32_t * out) {
     int64_t n = 0;
     thread_local std::vector<int32_t> chosen;  // reused: no allocation per row once warm
     chosen.assign(pools, pools + n_pools);
+    canonical_pools(p, chosen.data(), n_pools, t);
     chosen.erase(std::remove(chosen.begin(), chosen.end(), -1), chosen.end());
     std::sort(chosen.begin(), chosen.end());
     for (int32_t m : chosen) {

@@ -34,9 +34,23 @@ ggml_tensor * kpool_mask(ggml_context * ctx, ggml_tensor * sel, int64_t n_kv, co
 ggml_tensor * kpool_rows(ggml_context * ctx, ggml_tensor * sel, const KpoolParams * p);
 ggml_tensor * kpool_rows_mask(ggml_context * ctx, ggml_tensor * sel, const KpoolParams * p);
 
+// A key masked by the masks built from ggml's standard ops (graph/select_std.h): finite, so that a row with no
+// key at all (possible without kpool_select_tail) keeps a finite softmax (its output is then zeroed, see
+// row_has_keys); beside any unmasked key its exp underflows to exactly 0, as -inf does.
+constexpr float kSelectMasked = -1e30f;
+
+// Number of candidate pools of row t (at position n_past+t): the complete ones, (n_past+t+1) / kpool.
+int64_t n_candidates(const KpoolParams & p, int64_t t);
+
+// Sets to -1 every entry of row t's chosen pools (n_pools of them) that is no candidate of the row. The CPU op
+// writes -1 there itself; a device top-k returns masked pools (graph/select_std.h). Applied where pools are read
+// back, so that callers see one form.
+void canonical_pools(const KpoolParams & p, int32_t * pools, int64_t n_pools, int64_t t);
+
 // The key rows that row t (at position n_past+t) attends given its n_pools chosen pools (-1 = none), ascending:
 // the chosen pools' rows plus, with select_tail, the incomplete pool ending at the row (model.md, Indexer). Writes
-// them to `out` (room for n_pools*kpool + kpool-1) and returns how many. The one definition every attention path
+// them to `out` (room for n_pools*kpool + kpool-1) and returns how many. Entries that are no candidate of the row
+// are skipped as -1 is. The one definition every attention path
 // and the inspection API use.
 int64_t selected_rows(const KpoolParams & p, const int32_t * pools, int64_t n_pools, int64_t t, int32_t * out);
 

@@ -14,7 +14,7 @@ void build_trunk_graph(TrunkGraph & g, ggml_context * ctx, const Model & model, 
 
     g.inp_tokens.emplace(ctx, GGML_TYPE_I32, n_tokens, 1, "inp_tokens");
     g.inp_row_scale.emplace(ctx, hp, n_tokens);
-    BlockBuilder b(ctx, g.gf, hp, g.params, n_tokens, n_past, g.inp_row_scale->t);
+    BlockBuilder b(ctx, g.gf, hp, g.params, n_tokens, n_past, g.inp_row_scale->t, g.inp_kpool_rows);
     g.snapshots.clear();
     if (snapshots) {
         b.keep_snapshots(&g.snapshots);
@@ -70,6 +70,7 @@ void build_trunk_graph(TrunkGraph & g, ggml_context * ctx, const Model & model, 
 void TrunkGraph::set_inputs(const int32_t * tokens) const {
     inp_tokens->set_input(tokens);
     inp_row_scale->set_input(params.kpool);
+    if (inp_kpool_rows) inp_kpool_rows->set_input(params.kpool);
 }
 
 }  // namespace glm5next

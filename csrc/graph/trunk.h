@@ -18,6 +18,7 @@ struct TrunkGraph {
     ggml_cgraph * gf = nullptr;
     std::optional<InputArray> inp_tokens;      // i32 [n_tokens]
     std::optional<InputRowScale> inp_row_scale;
+    std::optional<InputKpoolRows> inp_kpool_rows;  // when a layer on a device made its selection there
     ggml_tensor * logits = nullptr;         // f32 [n_vocab, n_out] (n_out = n_tokens or 1)
     ggml_tensor * hidden = nullptr;         // f32 [n_embd, n_tokens] post-norm hidden (the draft head's input)
     std::vector<int> dsa_layers;            // trunk DSA layers, in order

@@ -204,6 +204,20 @@ a pending verify pass or for n_keep out of range.)doc")
             "at the end of the context.")
         .def_property_readonly("n_splits", &Engine::n_splits,
                                "Graph splits of the last graph run (1: every op ran on one device).")
+        .def("traffic", [](const Engine & e) {
+                const glm5next::GraphTraffic t = e.traffic();
+                py::dict out;
+                out["splits"] = t.n_splits;
+                out["bytes_copied"] = t.bytes_copied;
+                out["copy_seconds"] = t.copy_seconds;
+                return out;
+            },
+            "traffic() -> dict(splits, bytes_copied, copy_seconds) of the last graph run: bytes the scheduler copied "
+            "between devices and the seconds those copies took, measured only while profile_traffic is on (else 0 "
+            "and -1).")
+        .def("profile_traffic", &Engine::profile_traffic, py::arg("on"),
+             "Measure bytes copied and copy time of every graph run from now on (slows compute: each device syncs "
+             "after every node; for benchmarks).")
         .def_property_readonly("draft_requantized", [](const Engine & e) {
                 std::map<std::string, std::string> out;
                 if (e.draft_weights()) {

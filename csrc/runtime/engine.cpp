@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -9,6 +10,7 @@
 #include "ggml-alloc.h"
 #include "ggml-cpu.h"
 #include "graph/draft_head.h"
+#include "graph/select_ops.h"
 #include "graph/trunk.h"
 
 namespace glm5next {
@@ -137,15 +139,20 @@ void Engine::pin_custom_ops(ggml_cgraph * gf) {
 void Engine::alloc(ggml_cgraph * gf) {
     ggml_backend_sched_reset(sched_);
     pin_custom_ops(gf);
+    const GraphSources sources = profile_traffic_ ? graph_sources(gf) : GraphSources{};
     if (!ggml_backend_sched_alloc_graph(sched_, gf)) {
         throw std::runtime_error("cannot allocate the compute buffers of a graph");
     }
+    bytes_copied_ = profile_traffic_ ? bytes_copied(sched_, sources) : 0;
 }
 
 void Engine::compute(ggml_cgraph * gf) {
+    std::optional<CopyTimer> timer;
+    if (profile_traffic_) timer.emplace(sched_);
     if (ggml_backend_sched_graph_compute(sched_, gf) != GGML_STATUS_SUCCESS) {
         throw std::runtime_error("ggml graph computation failed");
     }
+    copy_seconds_ = timer ? timer->seconds() : -1.0;
 }
 
 EvalOutput Engine::eval(const std::vector<int32_t> & tokens, bool logits_all) {
@@ -238,6 +245,7 @@ std::vector<KdaSnapshots> Engine::eval_ubatch(const int32_t * tokens, int64_t n,
         auto & dst = out.pools[i];
         dst.resize((row0 + n) * k);
         ggml_backend_tensor_get(g.selections[i], dst.data() + row0 * k, 0, n * k * sizeof(int32_t));
+        for (int64_t t = 0; t < n; ++t) canonical_pools(g.params.kpool, dst.data() + (row0 + t) * k, k, t);
     }
     return std::move(g.snapshots);
 }
@@ -278,6 +286,7 @@ void Engine::draft_rows(const float * hidden, const int32_t * next_tokens, int64
             if (g.pools) {
                 ggml_backend_tensor_get(g.pools, out.pools.data(), (m - 1) * n_top_pool() * sizeof(int32_t),
                                         n_top_pool() * sizeof(int32_t));
+                canonical_pools(g.params.kpool, out.pools.data(), n_top_pool(), m - 1);
             } else {
                 std::copy(saved_pools, saved_pools + n_top_pool(), out.pools.begin());
             }

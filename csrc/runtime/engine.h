@@ -12,6 +12,7 @@
 #include "model/draft_weights.h"
 #include "model/model.h"
 #include "runtime/seq_cache.h"
+#include "runtime/traffic.h"
 
 namespace glm5next {
 
@@ -96,6 +97,12 @@ public:
     bool has_draft_head() const { return draft_cache_ != nullptr; }
     // Graph splits of the last graph the scheduler ran (1 when every op ran on one device).
     int n_splits() const { return ggml_backend_sched_get_n_splits(sched_); }
+    // What crossed devices in the last graph: its splits and, if it ran while profile_traffic was on, the bytes
+    // copied and the copy time (else 0 and -1).
+    GraphTraffic traffic() const { return {n_splits(), bytes_copied_, copy_seconds_}; }
+    // Measures the traffic of every graph run from now on (runtime/traffic.h: each device syncs after every node,
+    // so compute is slower while on). For glm5next-bench, not for serving.
+    void profile_traffic(bool on) { profile_traffic_ = on; }
     // Per device that holds weights, caches or compute buffers: the bytes of each (CPU last).
     std::vector<DeviceMemory> memory() const;
     const DraftWeights * draft_weights() const { return draft_weights_.get(); }  // null without a draft head
@@ -127,6 +134,9 @@ private:
     ggml_backend_t cpu_ = nullptr;
     ggml_backend_sched_t sched_ = nullptr;
     std::vector<uint8_t> meta_;  // memory of the per-ubatch graph context (tensor and graph metadata only)
+    bool profile_traffic_ = false;
+    size_t bytes_copied_ = 0;     // of the last graph, when profiled
+    double copy_seconds_ = -1.0;
 };
 
 }  // namespace glm5next

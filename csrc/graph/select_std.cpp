@@ -1,0 +1,48 @@
+#include "graph/select_std.h"
+
+#include <algorithm>
+
+namespace glm5next {
+
+namespace {
+
+// kSelectMasked where index m (an exact integer as f32, [.., n_tokens]) is no candidate of its row (m >= n_cand),
+// else 0: step(m - n_cand + 0.5) is 1 exactly there.
+ggml_tensor * mask_non_candidates(ggml_context * ctx, ggml_tensor * m, ggml_tensor * n_cand) {
+    ggml_tensor * beyond = ggml_step(ctx, ggml_scale_bias(ctx, ggml_sub(ctx, m, n_cand), 1.0f, 0.5f));
+    return ggml_scale(ctx, beyond, kSelectMasked);
+}
+
+}  // namespace
+
+ggml_tensor * kpool_top_k_std(ggml_context * ctx, ggml_tensor * scores, ggml_tensor * n_cand, int64_t n_top_pool) {
+    const int64_t n_pool = scores->ne[0], n_tokens = scores->ne[1];
+    const int64_t width = std::max(n_pool, n_top_pool);  // ggml's top-k needs k <= the row length
+    if (width > n_pool) {
+        scores = ggml_pad(ctx, scores, (int) (width - n_pool), 0, 0, 0);
+    }
+    ggml_tensor * m = ggml_repeat_4d(ctx, ggml_arange(ctx, 0.0f, (float) width, 1.0f), width, n_tokens, 1, 1);
+    scores = ggml_add(ctx, scores, mask_non_candidates(ctx, m, n_cand));
+    return ggml_cont(ctx, ggml_argsort_top_k(ctx, scores, (int) n_top_pool));
+}
+
+void kpool_rows_std(ggml_context * ctx, ggml_tensor * pools, const InputKpoolRows & in, int64_t kpool, int64_t n_kv,
+                    ggml_tensor ** rows, ggml_tensor ** rows_mask) {
+    const int64_t n_top = pools->ne[0], n_tokens = pools->ne[1], n_pool_rows = kpool * n_top;
+    ggml_tensor * m = ggml_cast(ctx, pools, GGML_TYPE_F32);  // pool indices, exact as f32 below 2^24
+    // the rows m*kpool + i of each chosen pool: [kpool, n_top, n_tokens]
+    ggml_tensor * first = ggml_scale(ctx, ggml_reshape_3d(ctx, m, 1, n_top, n_tokens), (float) kpool);
+    ggml_tensor * r = ggml_add(ctx, ggml_repeat_4d(ctx, first, kpool, n_top, n_tokens, 1),
+                               ggml_arange(ctx, 0.0f, (float) kpool, 1.0f));
+    r = ggml_clamp(ctx, ggml_reshape_2d(ctx, r, n_pool_rows, n_tokens), 0.0f, (float) (n_kv - 1));
+    ggml_tensor * mask = ggml_reshape_3d(ctx, mask_non_candidates(ctx, m, in.n_cand), 1, n_top, n_tokens);
+    mask = ggml_reshape_2d(ctx, ggml_repeat_4d(ctx, mask, kpool, n_top, n_tokens, 1), n_pool_rows, n_tokens);
+    if (in.tail_rows) {
+        r = ggml_concat(ctx, r, in.tail_rows, 0);
+        mask = ggml_concat(ctx, mask, in.tail_mask, 0);
+    }
+    *rows = ggml_cast(ctx, r, GGML_TYPE_I32);
+    *rows_mask = ggml_reshape_4d(ctx, mask, mask->ne[0], 1, 1, n_tokens);
+}
+
+}  // namespace glm5next
