@@ -6,7 +6,7 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['DraftChain', 'Engine', 'Generator', 'Model', 'ModelError', 'Sampler', 'add_rpc_servers', 'ggml_commit', 'ggml_version', 'list_devices', 'selected_rows', 'serve_rpc', 'system_info']
+__all__: list[str] = ['DraftChain', 'Engine', 'Generator', 'Model', 'ModelError', 'Sampler', 'add_rpc_servers', 'ggml_commit', 'ggml_version', 'list_devices', 'read_hparams', 'selected_rows', 'serve_rpc', 'system_info']
 class ModelError(ValueError):
     pass
 class Model:
@@ -61,7 +61,8 @@ class Model:
         vocab() -> (tokens, token_types, merges, special_ids).
         
         tokens: list[str] ([n_vocab]; bytes for a token that is not UTF-8), token_types: list[int] (llama.cpp types:
-        1 normal, 2 unknown, 3 control, 4 user-defined, 5 unused, 6 byte), merges: list[str] ("left right"),
+        1 normal, 2 unknown, 3 control, 4 user-defined, 5 unused, 6 byte), merges: list[str] ("left right"; bytes for one
+        that is not UTF-8),
         special_ids: dict with those of bos, eos, eot, eom, unk, pad that the file sets.
         Raises ModelError (ValueError) when the file has no tokenizer.
         """
@@ -321,6 +322,12 @@ def ggml_version() -> str:
 def list_devices(memory: bool = False) -> list:
     """
     list_devices(memory=False) -> list of dict(name, description, type: 'cpu'|'gpu'|'igpu'|'accel'|'meta', memory_free, memory_total (bytes; 0 unless memory=True)): ggml's registry in order, RPC servers included once added. memory=True asks each device (a network call for RPC devices; ggml's RPC client aborts the process when a server is gone).
+    """
+def read_hparams(path: str, override_kv: collections.abc.Sequence[str] = []) -> dict:
+    """
+    The hyper-parameters of a glm5next GGUF (the dict of Model.hparams) read and checked by the loader's
+    rules without loading tensors or vocabulary: the converter runs it on the metadata it is about to write. Raises
+    ModelError (a ValueError) naming the file and the key, as Model() does.
     """
 def selected_rows(pools: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], pos: typing.SupportsInt | typing.SupportsIndex, kpool: typing.SupportsInt | typing.SupportsIndex, select_tail: bool) -> list[int]:
     """

@@ -52,10 +52,13 @@ def _tokenizer(core: _core.Model) -> Tokenizer:
     if model not in SUPPORTED_TOKENIZERS or (pre and pre not in SUPPORTED_TOKENIZERS[model]):
         raise ValueError(f"{core.path}: tokenizer {model!r} with pre-tokenizer {pre!r} is not supported "
                          f"(expected 'gpt2' with 'glm4')")
-    tokens, types, merges, special = core.vocab()
-    return Tokenizer.from_gguf_vocab(tokens, types, merges, special,
-                                     add_bos=bool(_meta(core, "tokenizer.ggml.add_bos_token", False)),
-                                     add_eos=bool(_meta(core, "tokenizer.ggml.add_eos_token", False)))
+    try:
+        tokens, types, merges, special = core.vocab()
+        return Tokenizer.from_gguf_vocab(tokens, types, merges, special,
+                                         add_bos=bool(_meta(core, "tokenizer.ggml.add_bos_token", False)),
+                                         add_eos=bool(_meta(core, "tokenizer.ggml.add_eos_token", False)))
+    except ValueError as e:  # the tokenizer's checks know the token, not the file
+        raise ValueError(f"{core.path}: {e}") from None
 
 
 def _meta(core: _core.Model, key: str, default: Any) -> Any:

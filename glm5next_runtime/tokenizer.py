@@ -52,7 +52,7 @@ class Tokenizer:
         tokens: [n_vocab] token strings (byte-level alphabet for BPE tokens, plain text for added tokens).
         token_types: [n_vocab] llama.cpp types; CONTROL (3) tokens become special added tokens, USER_DEFINED (4)
             non-special added tokens, UNUSED (5) padding is left out of the vocab (decodes to nothing).
-        merges: BPE merges "left right", highest priority first.
+        merges: BPE merges "left right", highest priority first (bytes for one that is not UTF-8: refused).
         special_ids: e.g. {"bos": 386, "eos": 384, "eot": 391}.
         add_bos / add_eos: what encode(add_special=True) adds (tokenizer.ggml.add_bos_token / add_eos_token).
         Raises ValueError for mismatched lengths, a token that is not UTF-8 or merges the vocab cannot support.
@@ -73,6 +73,8 @@ class Tokenizer:
                 vocab.setdefault(t, i)
         pairs = []
         for m in merges:
+            if isinstance(m, bytes):
+                raise ValueError(f"vocab: merge {m!r} is not UTF-8")
             left, sep, right = m.partition(" ")
             if not sep:
                 raise ValueError(f"vocab: merge {m!r} is not 'left right'")

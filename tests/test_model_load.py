@@ -4,6 +4,7 @@ every malformed file (run in a subprocess, so that a crash shows up as a failed 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -263,6 +264,8 @@ def _malformed_cases(tiny: Path, d: Path) -> dict[str, tuple[Path, list[str], li
     (d / "cut-header.gguf").write_bytes(data[:200])
     # a header claiming 2**40 tensors: the reader must fail, not allocate or crash
     (d / "bad-count.gguf").write_bytes(data[:8] + (2**40).to_bytes(8, "little") + data[16:])
+    fifo = d / "fifo.gguf"  # opening it for reading would block until someone writes
+    os.mkfifo(fifo)
 
     def edit(name: str, **changes) -> Path:
         return rewrite(tiny, d / f"{name}.gguf", **changes)
@@ -296,6 +299,16 @@ def _malformed_cases(tiny: Path, d: Path) -> dict[str, tuple[Path, list[str], li
                                  [p + "attention.head_count_kv", "has 3 entries", "block_count = 5"]),
         "hc-count": (tiny, [p + "hyper_connection.count=int:2"], [p + "hyper_connection.count", "only 4"]),
         "nextn-via-override": (tiny, [p + "nextn_predict_layers=int:7"], [p + "nextn_predict_layers", "is 7"]),
+        # values that used to load and then abort in ggml on the first token
+        "rms-eps-nan": (edit("eps-nan", set_keys={p + "attention.layer_norm_rms_epsilon": (VT.FLOAT32, float("nan"))}),
+                        [], [p + "attention.layer_norm_rms_epsilon", "is nan", "(0, 1]"]),
+        "rms-eps-negative": (tiny, [p + "attention.layer_norm_rms_epsilon=float:-1"],
+                             [p + "attention.layer_norm_rms_epsilon", "is -1"]),
+        "sinkhorn-2^31": (tiny, [p + "hyper_connection.sinkhorn_iterations=int:2147483648"],
+                          [p + "hyper_connection.sinkhorn_iterations", "2147483648", "[1, 1000]"]),
+        "clamp-negative": (edit("clamp", set_keys={p + "swiglu_clamp_exp": (VT.FLOAT32, -1.0)}), [],
+                           [p + "swiglu_clamp_exp", "is -1"]),
+        "fifo": (fifo, [], ["fifo.gguf", "not a regular file"]),
     }
 
 
@@ -316,7 +329,8 @@ def malformed(tiny, tmp_path_factory):
 MALFORMED = ["nonexistent", "directory", "not-gguf", "empty", "cut-in-data", "cut-in-header", "bad-tensor-count",
              "wrong-arch", "missing-tensor", "mis-shaped-tensor", "nextn-ge-block-count", "kpool-1",
              "kpool-not-dividing", "missing-key", "missing-kpool", "wrong-key-type", "head-count-kv-length",
-             "hc-count", "nextn-via-override"]
+             "hc-count", "nextn-via-override", "rms-eps-nan", "rms-eps-negative", "sinkhorn-2^31", "clamp-negative",
+             "fifo"]
 
 
 @pytest.mark.parametrize("case", MALFORMED)
@@ -372,7 +386,7 @@ def test_python_model(tiny, tmp_path):
     assert (m.n_ctx, m.n_batch, m.n_vocab, m.path) == (128, 16, 448, str(tiny)) and m.n_threads >= 1
     assert m.hparams["idx_top_k"] == 32 and m.metadata("glm5next.attention.indexer.top_k") == 32
     assert m.detokenize(m.tokenize("hi there")) == "hi there" and m.chat_template.startswith("[gMASK]<sop>")
-    for kw in ({"n_ctx": 0}, {"n_batch": -1}, {"n_threads": 0}):
+    for kw in ({"n_ctx": 0}, {"n_ctx": 2**24 + 1}, {"n_batch": -1}, {"n_threads": 0}):
         with pytest.raises(ValueError, match=f"{next(iter(kw))} = "):
             Model(tiny, **kw)
     llama_vocab = rewrite(tiny, tmp_path / "spm.gguf", set_keys={"tokenizer.ggml.model": (VT.STRING, "llama")})

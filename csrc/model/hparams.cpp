@@ -3,9 +3,11 @@
 #include "model/hparams.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <initializer_list>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -17,6 +19,26 @@ namespace glm5next {
 namespace {
 
 constexpr int64_t U32_MAX = UINT32_MAX;
+// Limits a value no real file comes near, so that a corrupt or hostile file fails here naming the key instead
+// of aborting in ggml on the first token (int32 op parameters, tensor sizes that overflow, endless loops).
+constexpr int64_t MAX_SINKHORN_ITERS = 1000;       // GLM-5.3-Flash: 20
+constexpr int64_t MAX_CONV_KERNEL = 1024;          // GLM-5.3-Flash: 4
+
+// A float range, shown as "(0, 1]" in errors.
+struct Range {
+    double lo, hi;
+    bool lo_open = false;
+    bool contains(double v) const { return std::isfinite(v) && (lo_open ? v > lo : v >= lo) && v <= hi; }
+    std::string str() const { return (lo_open ? "(" : "[") + num(lo) + ", " + num(hi) + "]"; }
+    static std::string num(double v) {
+        std::ostringstream o;
+        o << v;
+        return o.str();
+    }
+};
+constexpr double F32_MAX = 3.4028234663852886e38;
+const Range EPSILON{0.0, 1.0, true}, EPSILON_OR_ZERO{0.0, 1.0}, POSITIVE{0.0, 1e4, true}, CLAMP{0.0, F32_MAX},
+    BOUND{-1e4, 1e4};
 constexpr uint32_t EXPERT_GATING_NONE = 0, EXPERT_GATING_SIGMOID = 2;  // llama.cpp's enum values
 
 struct Reader {
@@ -24,19 +46,28 @@ struct Reader {
 
     std::string key(const std::string & suffix) const { return kv.arch_key(suffix); }
 
-    // Required `{arch}.suffix`, an integer in [min, UINT32_MAX].
-    uint32_t u32(const std::string & suffix, int64_t min = 0) const {
-        const auto v = kv.get_int(key(suffix), min, U32_MAX);
+    // Required `{arch}.suffix`, an integer in [min, max].
+    uint32_t u32(const std::string & suffix, int64_t min = 0, int64_t max = U32_MAX) const {
+        const auto v = kv.get_int(key(suffix), min, max);
         if (!v) kv.missing(key(suffix));
         return uint32_t(*v);
     }
     uint32_t u32_or(const std::string & suffix, uint32_t dflt, int64_t min = 0) const {
         return uint32_t(kv.get_int(key(suffix), min, U32_MAX).value_or(dflt));
     }
-    float f32(const std::string & suffix) const {
+    // Required `{arch}.suffix`, a float in `range`.
+    float f32(const std::string & suffix, const Range & range) const {
         const auto v = kv.get_float(key(suffix));
         if (!v) kv.missing(key(suffix));
-        return float(*v);
+        return in_range(key(suffix), *v, range);
+    }
+    float f32_or(const std::string & suffix, float dflt, const Range & range) const {
+        const auto v = kv.get_float(key(suffix));
+        return v ? in_range(key(suffix), *v, range) : dflt;
+    }
+    float in_range(const std::string & k, double v, const Range & range) const {
+        if (!range.contains(v)) kv.fail(k, "is " + Range::num(v) + "; it must be a finite number in " + range.str());
+        return float(v);
     }
     // The first of `suffixes` present (an alias list), or nullopt.
     std::optional<std::string> first_present(std::initializer_list<const char *> suffixes) const {
@@ -45,23 +76,26 @@ struct Reader {
         }
         return std::nullopt;
     }
-    // A per-layer f32 key stored as an array [n] or as one scalar for every layer (llama.cpp's get_key_or_arr).
-    std::optional<std::vector<float>> f32_per_layer(const std::string & suffix, uint32_t n) const {
+    // A per-layer f32 key stored as an array [n] or as one scalar for every layer (llama.cpp's get_key_or_arr),
+    // each value in `range`.
+    std::optional<std::vector<float>> f32_per_layer(const std::string & suffix, uint32_t n, const Range & range) const {
         const std::string k = key(suffix);
         if (!kv.has(k)) return std::nullopt;
-        if (!kv.array_len(k)) return std::vector<float>(n, float(*kv.get_float(k)));
+        if (!kv.array_len(k)) return std::vector<float>(n, in_range(k, *kv.get_float(k), range));
         const auto arr = *kv.get_float_array(k);
         if (arr.size() != n) {
             kv.fail(k, "has " + std::to_string(arr.size()) + " entries, expected block_count = " + std::to_string(n));
         }
-        return std::vector<float>(arr.begin(), arr.end());
+        std::vector<float> out;
+        for (double v : arr) out.push_back(in_range(k, v, range));
+        return out;
     }
 };
 
 void read_attention(const Reader & r, HParams & hp) {
     hp.n_head = r.u32("attention.head_count", 1);
-    hp.rms_eps = r.f32("attention.layer_norm_rms_epsilon");
-    hp.ln_eps = float(r.kv.get_float(r.key("attention.layer_norm_epsilon")).value_or(hp.ln_eps));
+    hp.rms_eps = r.f32("attention.layer_norm_rms_epsilon", EPSILON);
+    hp.ln_eps = r.f32_or("attention.layer_norm_epsilon", hp.ln_eps, EPSILON);
     hp.q_lora_rank = r.u32("attention.q_lora_rank", 1);
     hp.kv_lora_rank = r.u32("attention.kv_lora_rank", 1);
     hp.head_k_mla = r.u32("attention.key_length_mla", 1);
@@ -92,7 +126,7 @@ void read_layer_kinds(const Reader & r, HParams & hp) {
 void read_indexer(const Reader & r, HParams & hp) {
     hp.idx_n_head = r.u32("attention.indexer.head_count", 1);
     hp.idx_head_dim = r.u32("attention.indexer.key_length", 1);
-    hp.idx_top_k = r.u32("attention.indexer.top_k", 1);
+    hp.idx_top_k = r.u32("attention.indexer.top_k", 1, kMaxContext);
 
     const auto kpool_key = r.first_present({"attention.indexer.kpool", "attention.indexer.block_size"});
     if (!kpool_key) {
@@ -151,31 +185,31 @@ void read_moe(const Reader & r, HParams & hp) {
                       std::to_string(hp.n_expert) + " and be >= the groups used");
     }
     hp.n_ff_exp = r.u32("expert_feed_forward_length", 1);
-    hp.expert_weights_scale = float(r.kv.get_float(r.key("expert_weights_scale")).value_or(hp.expert_weights_scale));
+    hp.expert_weights_scale = r.f32_or("expert_weights_scale", hp.expert_weights_scale, POSITIVE);
     hp.expert_weights_norm = r.kv.get_bool(r.key("expert_weights_norm")).value_or(hp.expert_weights_norm);
     // The router is sigmoid-scored (model.md); llama.cpp also reads "none" (0) as sigmoid.
     const uint32_t gating = r.u32_or("expert_gating_func", EXPERT_GATING_SIGMOID);
     if (gating != EXPERT_GATING_NONE && gating != EXPERT_GATING_SIGMOID) {
         r.kv.fail(r.key("expert_gating_func"), "is " + std::to_string(gating) + "; only 2 (sigmoid) is supported");
     }
-    hp.swiglu_clamp_exp = r.f32_per_layer("swiglu_clamp_exp", hp.n_layer_all)
+    hp.swiglu_clamp_exp = r.f32_per_layer("swiglu_clamp_exp", hp.n_layer_all, CLAMP)
                               .value_or(std::vector<float>(hp.n_layer_all, 0.0f));
-    hp.swiglu_clamp_shexp = r.f32_per_layer("swiglu_clamp_shexp", hp.n_layer_all).value_or(hp.swiglu_clamp_exp);
+    hp.swiglu_clamp_shexp = r.f32_per_layer("swiglu_clamp_shexp", hp.n_layer_all, CLAMP).value_or(hp.swiglu_clamp_exp);
 }
 
 void read_kda_and_mhc(const Reader & r, HParams & hp) {
-    hp.ssm_conv_kernel = r.u32("ssm.conv_kernel", 1);
+    hp.ssm_conv_kernel = r.u32("ssm.conv_kernel", 2, MAX_CONV_KERNEL);
     hp.kda_head_dim = r.u32("kda.head_dim", 1);
     if (const auto lb = r.kv.get_float(r.key("kda.gate_lower_bound"))) {
         hp.has_kda_lower_bound = true;
-        hp.kda_lower_bound = float(*lb);
+        hp.kda_lower_bound = r.in_range(r.key("kda.gate_lower_bound"), *lb, BOUND);
     }
     hp.hc_mult = r.u32("hyper_connection.count");
     if (hp.hc_mult != 4) {
         r.kv.fail(r.key("hyper_connection.count"), "is " + std::to_string(hp.hc_mult) + "; only 4 is supported");
     }
-    hp.hc_sinkhorn_iters = r.u32("hyper_connection.sinkhorn_iterations", 1);
-    hp.hc_eps = r.f32("hyper_connection.epsilon");
+    hp.hc_sinkhorn_iters = r.u32("hyper_connection.sinkhorn_iterations", 1, MAX_SINKHORN_ITERS);
+    hp.hc_eps = r.f32("hyper_connection.epsilon", EPSILON_OR_ZERO);
 }
 
 // vocab_size, or the length of the token list when the key is absent (llama.cpp does the same).

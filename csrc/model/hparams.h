@@ -9,6 +9,10 @@ struct gguf_context;
 
 namespace glm5next {
 
+// The largest context (n_ctx) and indexer top_k this runtime takes: 2^24 rows, the integers f32 holds exactly
+// (graph/select_std.h computes pool and row indices in f32).
+constexpr int64_t kMaxContext = int64_t(1) << 24;
+
 struct HParams {
     std::string arch;               // "glm5next" or "glm5-next", as found in general.architecture
     uint32_t n_vocab = 0;

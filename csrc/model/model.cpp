@@ -43,7 +43,7 @@ namespace {
 class File {
 public:
     explicit File(const std::string & path) : path_(path) {
-        fd_ = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+        fd_ = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);  // a FIFO would block until written to
         if (fd_ < 0) {
             throw ModelError(path + (errno == ENOENT ? ": no such file" : ": cannot open: " + std::string(strerror(errno))));
         }
@@ -101,6 +101,16 @@ std::string read_arch(const gguf_context * ctx, const std::string & path) {
 const gguf_context * Model::gguf() const { return impl->gguf; }
 
 Model::~Model() = default;
+
+HParams Model::load_hparams(const std::string & path, const std::vector<KvOverride> & overrides) {
+    const File file(path);
+    file.check_magic();
+    std::unique_ptr<gguf_context, decltype(&gguf_free)> gguf(
+        gguf_init_from_file(path.c_str(), gguf_init_params{/*no_alloc=*/true, /*ctx=*/nullptr}), &gguf_free);
+    if (!gguf) throw ModelError(path + ": not a readable GGUF file (truncated or corrupt?)");
+    apply_kv_overrides(gguf.get(), overrides, path);
+    return read_hparams(gguf.get(), read_arch(gguf.get(), path), path);
+}
 
 std::unique_ptr<Model> Model::load(const std::string & path, const std::vector<KvOverride> & overrides) {
     const File file(path);

@@ -33,6 +33,9 @@ struct Model {
     // Loads `path`, applies `overrides` before any hyper-parameter is read or checked. Throws ModelError
     // naming the file, key or tensor for every malformed input (never aborts).
     static std::unique_ptr<Model> load(const std::string & path, const std::vector<KvOverride> & overrides);
+    // Reads and checks only the hyper-parameters of `path` (no tensors, no vocabulary), with the same rules and
+    // errors as load: what the converter runs on the metadata it is about to write.
+    static HParams load_hparams(const std::string & path, const std::vector<KvOverride> & overrides);
     ~Model();
 
     std::string path;

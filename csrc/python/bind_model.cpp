@@ -104,11 +104,16 @@ py::dict hparams_dict(const HParams & hp) {
     return d;
 }
 
-std::unique_ptr<Model> load(const std::string & path, const std::vector<std::string> & override_kv) {
+std::vector<KvOverride> parse_overrides(const std::vector<std::string> & override_kv) {
     std::vector<KvOverride> overrides;
     for (const std::string & value : override_kv) {
         for (KvOverride & o : parse_kv_overrides(value)) overrides.push_back(std::move(o));
     }
+    return overrides;
+}
+
+std::unique_ptr<Model> load(const std::string & path, const std::vector<std::string> & override_kv) {
+    const std::vector<KvOverride> overrides = parse_overrides(override_kv);
     py::gil_scoped_release release;  // parsing metadata of a large vocab takes a moment; touches no Python object
     return Model::load(path, overrides);
 }
@@ -147,12 +152,17 @@ py::tuple vocab(const Model & m) {
     if (v.tokens.empty()) throw ModelError(m.path + ": the file has no tokenizer (tokenizer.ggml.tokens)");
     py::list tokens(v.tokens.size());
     for (size_t i = 0; i < v.tokens.size(); ++i) tokens[i] = str_or_bytes(v.tokens[i].c_str());
-    return py::make_tuple(tokens, v.types, v.merges, v.special);
+    py::list merges(v.merges.size());
+    for (size_t i = 0; i < v.merges.size(); ++i) merges[i] = str_or_bytes(v.merges[i].c_str());
+    return py::make_tuple(tokens, v.types, merges, v.special);
 }
 
 py::object chat_template(const Model & m) {
     const auto t = KeyReader(m.gguf(), m.path, "").get_str("tokenizer.chat_template");
-    return t ? py::object(py::str(*t)) : py::object(py::none());
+    if (!t) return py::none();
+    py::object text = str_or_bytes(t->c_str());
+    if (!py::isinstance<py::str>(text)) throw ModelError(m.path + ": key tokenizer.chat_template is not UTF-8 text");
+    return text;
 }
 
 }  // namespace
@@ -236,11 +246,27 @@ hc_sinkhorn_iters, hc_eps. Floats are the stored f32 values widened to Python fl
              R"doc(vocab() -> (tokens, token_types, merges, special_ids).
 
 tokens: list[str] ([n_vocab]; bytes for a token that is not UTF-8), token_types: list[int] (llama.cpp types:
-1 normal, 2 unknown, 3 control, 4 user-defined, 5 unused, 6 byte), merges: list[str] ("left right"),
+1 normal, 2 unknown, 3 control, 4 user-defined, 5 unused, 6 byte), merges: list[str] ("left right"; bytes for one
+that is not UTF-8),
 special_ids: dict with those of bos, eos, eot, eom, unk, pad that the file sets.
 Raises ModelError (ValueError) when the file has no tokenizer.
 )doc")
         .def_property_readonly("chat_template", &chat_template,
                                "str or None: tokenizer.chat_template (jinja2), None when absent.");
+
+    mod.def("read_hparams",
+            [](const std::string & path, const std::vector<std::string> & override_kv) {
+                const std::vector<KvOverride> overrides = parse_overrides(override_kv);
+                HParams hp;
+                {
+                    py::gil_scoped_release release;
+                    hp = Model::load_hparams(path, overrides);
+                }
+                return hparams_dict(hp);
+            },
+            py::arg("path"), py::arg("override_kv") = std::vector<std::string>{},
+            R"doc(The hyper-parameters of a glm5next GGUF (the dict of Model.hparams) read and checked by the loader's
+rules without loading tensors or vocabulary: the converter runs it on the metadata it is about to write. Raises
+ModelError (a ValueError) naming the file and the key, as Model() does.)doc");
 
 }

@@ -38,12 +38,18 @@ static const Model & checked_draft_model(const Model & model, const Model * draf
     return *draft;
 }
 
-Engine::Engine(const Model & model, const EngineParams & params, const Model * draft_model)
-    : model_(model), draft_model_(checked_draft_model(model, draft_model)), params_(params),
-      cache_(model, 0, model.hp.n_trunk(), params.n_ctx) {
-    if (params_.n_batch == 0) {
-        throw std::invalid_argument("n_batch must be >= 1");
+static const EngineParams & checked_params(const EngineParams & params) {
+    if (params.n_ctx == 0 || params.n_ctx > kMaxContext) {
+        throw std::invalid_argument("n_ctx = " + std::to_string(params.n_ctx) + " is out of range [1, " +
+                                    std::to_string(kMaxContext) + "]");
     }
+    if (params.n_batch == 0) throw std::invalid_argument("n_batch must be >= 1");
+    return params;
+}
+
+Engine::Engine(const Model & model, const EngineParams & params, const Model * draft_model)
+    : model_(model), draft_model_(checked_draft_model(model, draft_model)), params_(checked_params(params)),
+      cache_(model, 0, model.hp.n_trunk(), params.n_ctx) {
     if (params_.n_threads <= 0) {
         params_.n_threads = (int) std::max(1u, std::thread::hardware_concurrency());
     }
