@@ -113,10 +113,14 @@ class Engine:
     """
     The trunk of one sequence: caches sized for n_ctx rows, evaluated in ubatches.
     """
-    def __init__(self, model: Model, n_ctx: typing.SupportsInt | typing.SupportsIndex = 4096, n_batch: typing.SupportsInt | typing.SupportsIndex = 512, n_threads: typing.SupportsInt | typing.SupportsIndex = 0, draft_type: str = 'auto', draft_model: Model = None) -> None:
+    def __init__(self, model: Model, n_ctx: typing.SupportsInt | typing.SupportsIndex = 4096, n_batch: typing.SupportsInt | typing.SupportsIndex = 512, n_threads: typing.SupportsInt | typing.SupportsIndex = 0, draft_type: str = 'auto', draft_model: Model = None, n_checkpoints: typing.SupportsInt | typing.SupportsIndex = 32, checkpoint_every: typing.SupportsInt | typing.SupportsIndex = 8192) -> None:
         """
-        Engine(model: _core.Model, n_ctx: int, n_batch: int, n_threads: int = 0 (all cores), draft_type: str = 'auto' (the draft layer as stored) | 'q8_0' | 'q4_0' (requantized at load), draft_model: _core.Model | None (a separate --mtp-only file with the NextN layer)).
-        Raises ValueError for a draft-only file as model, n_ctx / n_batch of 0, a bad draft_type, or a draft file that does not fit the model.
+        Engine(model: _core.Model, n_ctx: int, n_batch: int, n_threads: int = 0 (all cores), draft_type: str = 'auto' (the draft layer as stored) | 'q8_0' | 'q4_0' (requantized at load), draft_model: _core.Model | None (a separate --mtp-only file with the NextN layer), n_checkpoints: context checkpoints kept (llama-server's --ctx-checkpoints; 0 = none), checkpoint_every: while prefilling, a checkpoint each time n_past crosses a multiple of it (tokens)).
+        Raises ValueError for a draft-only file as model, n_ctx / n_batch / checkpoint_every of 0, a bad draft_type, or a draft file that does not fit the model.
+        """
+    def checkpoint_stats(self) -> dict:
+        """
+        checkpoint_stats() -> dict(count, bytes, rows, bytes_each, max_count): the context checkpoints kept, the host memory they take (bytes), the sequence length each resumes at, the size of one and the most kept.
         """
     def commit(self, n_keep: typing.SupportsInt | typing.SupportsIndex) -> None:
         """
@@ -289,9 +293,9 @@ class Generator:
         """
         n_max: drafts per round (0 = no speculation); n_min: shorter drafts are not verified; p_min: drafting stops below this top probability; index_share: -1 file, 0 off, 1 on; synthetic_accepted: benchmarks only, a fixed mean number of accepted drafts per round (< 0 = off). Raises ValueError for speculation without a NextN layer, n_max >= n_batch, or bad sampler settings.
         """
-    def start(self, prompt: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex]) -> int:
+    def start(self, prompt: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], cache_prompt: bool = False) -> int:
         """
-        Reset the sequence, evaluate `prompt` (list of ids), return the first sampled token. Raises ValueError for an empty prompt, an id outside the vocabulary or a prompt longer than the context.
+        Evaluate `prompt` (list of ids) and return the first sampled token. cache_prompt=False resets the sequence first; True keeps the longest prefix of the prompt the sequence can resume from (its current rows or a context checkpoint) and evaluates only the rest (stats n_cached_tokens). Raises ValueError for an empty prompt, an id outside the vocabulary or a prompt longer than the context.
         """
     def step(self) -> list[int]:
         """
@@ -305,7 +309,7 @@ class Generator:
     @property
     def stats(self) -> dict:
         """
-        Counters since start(): prompt tokens, timings (ms), speculation (n_drafts = rounds that carried drafts, n_drafted, n_accepted, acceptance_per_position, drafted_at, accepted_at, mean_accepted_length = accepted drafts + 1 per round).
+        Counters since start(): prompt tokens (and of those resumed from the cache), timings (ms), speculation (n_drafts = rounds that carried drafts, n_drafted, n_accepted, acceptance_per_position, drafted_at, accepted_at, mean_accepted_length = accepted drafts + 1 per round).
         """
 def add_rpc_servers(endpoints: collections.abc.Sequence[str], timeout_ms: typing.SupportsInt | typing.SupportsIndex = 5000) -> None:
     """

@@ -23,7 +23,8 @@ class GenerationResult:
     tokens: the generated ids, prompt excluded, in order; the end-of-generation token is not among them, but the
         tokens that spelled a stop string are (text and tokens then differ by that string).
     finish_reason: "stop" (an end-of-generation token or a stop string) or "length" (max_tokens or n_ctx reached).
-    metrics: n_prompt_tokens, n_generated (= len(tokens)), prompt_ms (prompt eval), decode_ms (the generation
+    metrics: n_prompt_tokens, n_cached_tokens (of those, resumed from the sequence's cache: not evaluated),
+        n_generated (= len(tokens)), prompt_ms (prompt eval), decode_ms (the generation
         rounds: drafting, verifying, sampling), prompt_tokens_per_s, decode_tokens_per_s (0.0 when nothing was
         generated), and the draft-MTP counters n_drafts (rounds that carried drafts), n_drafted, n_accepted,
         acceptance_per_position, drafted_at / accepted_at (rounds that drafted / accepted draft position i),
@@ -107,10 +108,11 @@ class GenerationStream(Iterator[str]):
 
 
 def decode(generator: _core.Generator, tokenizer: Tokenizer, n_ctx: int, prompt: list[int], max_tokens: int,
-           stop: Sequence[str]) -> Generator[str, None, GenerationResult]:
-    """Run `generator` (which resets its model's sequence) on `prompt` (checked: non-empty ids of `tokenizer`'s
-    vocab that fit in the n_ctx-token context) until an end-of-generation token, a stop string (non-empty),
-    max_tokens (>= 0), or a full context. Each round of the C++ loop emits one or more tokens (accepted drafts,
+           stop: Sequence[str], cache_prompt: bool = False) -> Generator[str, None, GenerationResult]:
+    """Run `generator` on `prompt` (checked: non-empty ids of `tokenizer`'s vocab that fit in the n_ctx-token
+    context) until an end-of-generation token, a stop string (non-empty), max_tokens (>= 0), or a full context.
+    The sequence starts over, or with cache_prompt resumes from the longest prefix of the prompt it holds
+    (_core.Generator.start). Each round of the C++ loop emits one or more tokens (accepted drafts,
     then the target's). Yields text pieces (see TextStream); returns the GenerationResult."""
     special = tokenizer.special_ids
     end_ids = {special[name] for name in END_OF_GENERATION if name in special}
@@ -121,11 +123,11 @@ def decode(generator: _core.Generator, tokenizer: Tokenizer, n_ctx: int, prompt:
     # Every generated token must fit in the context, so that it can be evaluated (e.g. to continue the sequence).
     max_tokens = min(max_tokens, n_ctx - len(prompt))
     if max_tokens == 0:
-        generator.start(prompt)
+        generator.start(prompt, cache_prompt)
         return GenerationResult("", [], finish, _metrics(generator.stats, 0, 0.0))
 
     busy = time.perf_counter()
-    emitted = [generator.start(prompt)]
+    emitted = [generator.start(prompt, cache_prompt)]
     decode_s = time.perf_counter() - busy - generator.stats["prompt_ms"] / 1e3  # the first sample
     while True:
         for token in emitted:
@@ -162,10 +164,12 @@ def _metrics(stats: dict, n_generated: int, decode_s: float) -> dict:
     prompt_s = stats["prompt_ms"] / 1e3
     out = {
         "n_prompt_tokens": stats["n_prompt_tokens"],
+        "n_cached_tokens": stats["n_cached_tokens"],  # of the prompt, resumed from the sequence's cache
         "n_generated": n_generated,
         "prompt_ms": stats["prompt_ms"],
         "decode_ms": decode_s * 1e3,
-        "prompt_tokens_per_s": stats["n_prompt_tokens"] / prompt_s if prompt_s > 0 else 0.0,
+        # tokens evaluated per second (llama-server's prompt_per_second: cached tokens excluded)
+        "prompt_tokens_per_s": (stats["n_prompt_tokens"] - stats["n_cached_tokens"]) / prompt_s if prompt_s else 0.0,
         "decode_tokens_per_s": n_generated / decode_s if n_generated and decode_s > 0 else 0.0,
     }
     for key in ("n_drafts", "n_drafted", "n_accepted", "acceptance_per_position", "drafted_at", "accepted_at",

@@ -88,6 +88,10 @@ class Model:
         spec_index_share: "auto" (the file's index_share_for_mtp_iteration), "on" or "off".
         spec_draft_type: "auto" (the draft layer's weights as stored), "q8_0" or "q4_0" (requantized at load).
         draft_model: a separate draft file (converted with --mtp-only) whose NextN layer drafts for this trunk.
+        ctx_checkpoints: context checkpoints kept per sequence (llama-server's --ctx-checkpoints; 0 = none): the
+            states a later prompt sharing a prefix resumes from (see generate's cache_prompt).
+        checkpoint_every: while prefilling, a checkpoint at every multiple of this many tokens (a ubatch ends
+            there), besides the one at the end of every prompt.
         rpc: "HOST:PORT" endpoints (a list, or one str) of ggml RPC servers (glm5next-rpc-server, llama.cpp's
             --rpc) whose devices become placement targets. ggml's registry keeps them for the life of the process:
             a later Model in the same process sees them too (devices=[...] chooses).
@@ -104,10 +108,15 @@ class Model:
                  draft_n_min: int = 0, draft_p_min: float = 0.0, spec_index_share: str = "auto",
                  spec_draft_type: str = "auto", draft_model: str | os.PathLike | None = None,
                  rpc: Sequence[str] = (), devices: Sequence[str] | None = None, split_mode: str = "layer",
-                 tensor_split: Sequence[float] | None = None, main_gpu: int = 0, draft_device: str | None = None):
-        for name, value in (("n_ctx", n_ctx), ("n_batch", n_batch), ("n_threads", n_threads)):
+                 tensor_split: Sequence[float] | None = None, main_gpu: int = 0, draft_device: str | None = None,
+                 ctx_checkpoints: int = 32, checkpoint_every: int = 8192):
+        for name, value in (("n_ctx", n_ctx), ("n_batch", n_batch), ("n_threads", n_threads),
+                            ("checkpoint_every", checkpoint_every)):
             if value is not None and value < 1:
                 raise ValueError(f"{name} = {value}: must be >= 1")
+        if ctx_checkpoints < 0:
+            raise ValueError(f"ctx_checkpoints = {ctx_checkpoints}: must be >= 0")
+        self._checkpoints = dict(n_checkpoints=ctx_checkpoints, checkpoint_every=checkpoint_every)
         # checked before ggml's client sees them: it aborts on a bad endpoint
         _core.add_rpc_servers([rpc] if isinstance(rpc, str) else list(rpc))
         self._core = _core.Model(os.fspath(path), list(override_kv))
@@ -138,7 +147,7 @@ class Model:
 
     def _new_engine(self) -> _core.Engine:
         return _core.Engine(self._core, self._n_ctx, self.n_batch, self.n_threads, self._spec_draft_type,
-                            self._draft_core)
+                            self._draft_core, **self._checkpoints)
 
     def another_sequence(self) -> Model:
         """A Model on the same loaded weights (the mapping and every weight placed on a device, not copied again)
@@ -245,9 +254,9 @@ class Model:
     def generate(self, prompt: str | Sequence[int], max_tokens: int = 128, temperature: float = 0.8, top_k: int = 40,
                  top_p: float = 0.95, min_p: float = 0.05, seed: int | None = None,
                  stop: str | Sequence[str] | None = None, stream: bool = False,
-                 spec_n_max: int | None = None) -> GenerationResult | GenerationStream:
-        """Continue `prompt`: reset the sequence, evaluate the prompt, then generate round by round (one token per
-        round, or with draft-MTP the accepted drafts and the target's token).
+                 spec_n_max: int | None = None, cache_prompt: bool = True) -> GenerationResult | GenerationStream:
+        """Continue `prompt`: evaluate the prompt, then generate round by round (one token per round, or with
+        draft-MTP the accepted drafts and the target's token).
 
         prompt: text (tokenized with add_special=True, as llama-server does, and control tokens parsed) or ids.
         max_tokens: most tokens to generate (0: evaluate the prompt only).
@@ -255,6 +264,10 @@ class Model:
             None draws one). The same seed and settings give the same tokens.
         stop: string(s) that end the generation; the first one to appear and all after it are left out of the text.
         spec_n_max: drafts per round for this call (0 = no speculation); None keeps the model's setting.
+        cache_prompt: resume from the longest prefix of the prompt this model's sequence already holds (what an
+            earlier call evaluated and generated, back to its newest context checkpoint at or before the point
+            where the prompts part) and evaluate only the rest, as llama-server does (metrics n_cached_tokens);
+            False starts over. The output is the same either way.
         Generation also ends at an eos / eot / eom token (not returned) and before the context overflows.
         Returns a GenerationResult, or with stream=True a GenerationStream: an iterator of text pieces (complete
         UTF-8 only, stop strings held back while they may still form) whose `result` is set once it is exhausted.
@@ -271,15 +284,16 @@ class Model:
             raise ValueError(f"stop = {stop!r}: stop strings must be non-empty str")
         generator = self.generator(n_max=spec_n_max, temperature=temperature, top_k=top_k, top_p=top_p,
                                    min_p=min_p, seed=seed)
-        pieces = GenerationStream(decode(generator, self.tokenizer, self.n_ctx, ids, max_tokens, stops))
+        pieces = GenerationStream(decode(generator, self.tokenizer, self.n_ctx, ids, max_tokens, stops, cache_prompt))
         return pieces if stream else pieces.finish()
 
     def generator(self, n_max: int | None = None, temperature: float = 0.8, top_k: int = 40, top_p: float = 0.95,
                   min_p: float = 0.05, seed: int | None = None, index_share: str | None = None,
                   n_min: int | None = None, p_min: float | None = None,
                   synthetic_accepted: float = -1.0) -> _core.Generator:
-        """A native generation loop on this model's sequence (what Model.generate drives): its `start(prompt ids)`
-        resets the sequence, evaluates the prompt and returns the first token; each `step()` runs one round and
+        """A native generation loop on this model's sequence (what Model.generate drives): its `start(prompt ids,
+        cache_prompt=False)` evaluates the prompt (resetting the sequence, or resuming from a shared prefix) and
+        returns the first token; each `step()` runs one round and
         returns the tokens it emits; `room` and `stats` as in _core.Generator.
 
         n_max: drafts per round (0 = no speculation); None keeps the model's (draft_n_max, 0 with spec_type none).
@@ -326,6 +340,12 @@ class Model:
         """Splits of the last graph run by ggml's scheduler: 1 when every op ran on one device, more when the
         graph crossed devices (each split boundary copies tensors between them)."""
         return self._engine.n_splits
+
+    def checkpoints(self) -> dict[str, Any]:
+        """The context checkpoints this sequence keeps (see generate's cache_prompt): {"count", "bytes" (host
+        memory of all), "rows" (the sequence length each resumes at, ascending), "bytes_each" (one checkpoint: the
+        KDA conv windows and states of every trunk layer, and one hidden row), "max_count" (ctx_checkpoints)}."""
+        return self._engine.checkpoint_stats()
 
     @property
     def graph_traffic(self) -> dict[str, Any]:

@@ -95,8 +95,9 @@ py::dict draft_rows(Engine & e, const f32_rows & hidden, const std::vector<int32
     DraftOutput out;
     {
         py::gil_scoped_release release;
+        // rows given from Python may be anything: a later resume() does not count on them
         e.draft_rows(hidden.data(), next_tokens.data(), n, pos0, saved_pools ? saved_pools->data() : nullptr, saved_p0,
-                     out);
+                     /*from_trunk=*/false, out);
     }
     return draft_output(out);
 }
@@ -145,22 +146,41 @@ void bind_engine(py::module_ & mod) {
             "the graph's own rule (csrc/graph/select_ops.h). Raises ValueError for pos < 0 or kpool < 1.");
     py::class_<Engine>(mod, "Engine", R"doc(The trunk of one sequence: caches sized for n_ctx rows, evaluated in ubatches.)doc")
         .def(py::init([](const Model & model, uint32_t n_ctx, uint32_t n_batch, int n_threads,
-                         const std::string & draft_type, const Model * draft_model) {
+                         const std::string & draft_type, const Model * draft_model, uint32_t n_checkpoints,
+                         uint32_t checkpoint_every) {
                  if (model.draft_only) {
                      throw std::invalid_argument(model.path + ": a draft-only (--mtp-only) file has no trunk to run");
                  }
                  if (n_ctx == 0) throw std::invalid_argument("n_ctx must be >= 1");
-                 return new Engine(model, EngineParams{n_ctx, n_batch, n_threads, glm5next::draft_type_from_name(draft_type)},
+                 return new Engine(model,
+                                   EngineParams{n_ctx, n_batch, n_threads, glm5next::draft_type_from_name(draft_type),
+                                                n_checkpoints, checkpoint_every},
                                    draft_model);
              }),
              py::arg("model"), py::arg("n_ctx") = 4096, py::arg("n_batch") = 512, py::arg("n_threads") = 0,
-             py::arg("draft_type") = "auto", py::arg("draft_model") = nullptr, py::keep_alive<1, 2>(),
-             py::keep_alive<1, 7>(),
+             py::arg("draft_type") = "auto", py::arg("draft_model") = nullptr, py::arg("n_checkpoints") = 32,
+             py::arg("checkpoint_every") = 8192, py::keep_alive<1, 2>(), py::keep_alive<1, 7>(),
              "Engine(model: _core.Model, n_ctx: int, n_batch: int, n_threads: int = 0 (all cores), draft_type: str "
              "= 'auto' (the draft layer as stored) | 'q8_0' | 'q4_0' (requantized at load), draft_model: _core.Model | "
-             "None (a separate --mtp-only file with the NextN layer)).\n"
-             "Raises ValueError for a draft-only file as model, n_ctx / n_batch of 0, a bad draft_type, or a draft "
-             "file that does not fit the model.")
+             "None (a separate --mtp-only file with the NextN layer), n_checkpoints: context checkpoints kept "
+             "(llama-server's --ctx-checkpoints; 0 = none), checkpoint_every: while prefilling, a checkpoint each "
+             "time n_past crosses a multiple of it (tokens)).\n"
+             "Raises ValueError for a draft-only file as model, n_ctx / n_batch / checkpoint_every of 0, a bad "
+             "draft_type, or a draft file that does not fit the model.")
+        .def("checkpoint_stats", [](const Engine & e) {
+                py::dict d;
+                d["count"] = e.checkpoints().size();
+                d["bytes"] = e.checkpoints().bytes();
+                py::list rows;
+                for (size_t i = 0; i < e.checkpoints().size(); ++i) rows.append(e.checkpoints().at(i).n_past());
+                d["rows"] = rows;
+                d["bytes_each"] = e.checkpoint_bytes();
+                d["max_count"] = e.checkpoints().max_count();
+                return d;
+            },
+            "checkpoint_stats() -> dict(count, bytes, rows, bytes_each, max_count): the context checkpoints kept, "
+            "the host memory they take (bytes), the sequence length each resumes at, the size of one and the most "
+            "kept.")
         .def("eval", &glm5next::eval, py::arg("tokens"), py::arg("logits_all") = false,
              R"doc(Append `tokens` (list of ids) to the sequence and run the trunk over them.
 

@@ -14,6 +14,7 @@ namespace {
 py::dict stats_dict(const glm5next::SpecStats & s) {
     py::dict d;
     d["n_prompt_tokens"] = s.n_prompt;
+    d["n_cached_tokens"] = s.n_cached;  // llama-server's timings.cache_n; prompt_n = n_prompt - n_cached
     d["n_drafts"] = s.n_rounds;
     d["n_drafted"] = s.n_drafted;
     d["n_accepted"] = s.n_accepted;
@@ -50,15 +51,18 @@ output keeps the target distribution (speculative sampling).)doc")
              "stops below this top probability; index_share: -1 file, 0 off, 1 on; synthetic_accepted: benchmarks "
              "only, a fixed mean number of accepted drafts per round (< 0 = off). Raises ValueError for speculation "
              "without a NextN layer, n_max >= n_batch, or bad sampler settings.")
-        .def("start", &Generator::start, py::arg("prompt"), py::call_guard<py::gil_scoped_release>(),
-             "Reset the sequence, evaluate `prompt` (list of ids), return the first sampled token. Raises ValueError "
-             "for an empty prompt, an id outside the vocabulary or a prompt longer than the context.")
+        .def("start", &Generator::start, py::arg("prompt"), py::arg("cache_prompt") = false,
+             py::call_guard<py::gil_scoped_release>(),
+             "Evaluate `prompt` (list of ids) and return the first sampled token. cache_prompt=False resets the "
+             "sequence first; True keeps the longest prefix of the prompt the sequence can resume from (its "
+             "current rows or a context checkpoint) and evaluates only the rest (stats n_cached_tokens). Raises "
+             "ValueError for an empty prompt, an id outside the vocabulary or a prompt longer than the context.")
         .def("step", &Generator::step, py::call_guard<py::gil_scoped_release>(),
              "One round: returns the tokens it emits (accepted drafts, then the target's token). Raises ValueError "
              "before start() or when the context is full.")
         .def_property_readonly("room", &Generator::room, "Tokens the context can still take.")
         .def_property_readonly("stats", [](const Generator & g) { return stats_dict(g.stats()); },
-                               "Counters since start(): prompt tokens, timings (ms), speculation (n_drafts = rounds "
+                               "Counters since start(): prompt tokens (and of those resumed from the cache), timings (ms), speculation (n_drafts = rounds "
                                "that carried drafts, n_drafted, n_accepted, acceptance_per_position, drafted_at, "
                                "accepted_at, mean_accepted_length = accepted drafts + 1 per round).");
 }

@@ -11,7 +11,7 @@ DraftChain::DraftChain(Engine & engine, bool share) : engine_(engine), share_(sh
 }
 
 const DraftOutput & DraftChain::begin(const float * hidden, const int32_t * next_tokens, int64_t n, int64_t pos0) {
-    engine_.draft_rows(hidden, next_tokens, n, pos0, nullptr, -1, out_);
+    engine_.draft_rows(hidden, next_tokens, n, pos0, nullptr, -1, /*from_trunk=*/true, out_);
     p0_ = pos0 + n - 1;
     step_ = 0;
     saved_pools_ = out_.pools;
@@ -22,7 +22,7 @@ const DraftOutput & DraftChain::next(int32_t drafted) {
     if (step_ < 0) throw std::logic_error("DraftChain::next before begin");
     // The row (z_{k-1}, d_{k-1}): z is read from out_ before the step overwrites it (Engine::draft_rows).
     engine_.draft_rows(out_.z.data(), &drafted, 1, p0_ + step_ + 1, share_ ? saved_pools_.data() : nullptr,
-                       share_ ? p0_ : -1, out_);
+                       share_ ? p0_ : -1, /*from_trunk=*/false, out_);
     ++step_;
     return out_;
 }

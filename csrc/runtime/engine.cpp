@@ -44,12 +44,13 @@ static const EngineParams & checked_params(const EngineParams & params) {
                                     std::to_string(kMaxContext) + "]");
     }
     if (params.n_batch == 0) throw std::invalid_argument("n_batch must be >= 1");
+    if (params.checkpoint_every == 0) throw std::invalid_argument("checkpoint_every must be >= 1");
     return params;
 }
 
 Engine::Engine(const Model & model, const EngineParams & params, const Model * draft_model)
     : model_(model), draft_model_(checked_draft_model(model, draft_model)), params_(checked_params(params)),
-      cache_(model, 0, model.hp.n_trunk(), params.n_ctx) {
+      cache_(model, 0, model.hp.n_trunk(), params.n_ctx), checkpoints_(params.n_checkpoints) {
     if (params_.n_threads <= 0) {
         params_.n_threads = (int) std::max(1u, std::thread::hardware_concurrency());
     }
@@ -177,13 +178,60 @@ EvalOutput Engine::eval(const std::vector<int32_t> & tokens, bool logits_all) {
     out.n_logit_rows = logits_all ? out.n_tokens : 1;
     out.logits.resize(out.n_logit_rows * hp.n_vocab);
     out.hidden.resize(out.n_tokens * hp.n_embd);
-    for (int64_t row0 = 0; row0 < out.n_tokens; row0 += params_.n_batch) {
-        const int64_t n = std::min<int64_t>(params_.n_batch, out.n_tokens - row0);
+    const int64_t every = params_.checkpoint_every;
+    for (int64_t row0 = 0, n = 0; row0 < out.n_tokens; row0 += n) {
+        // a ubatch ends at every multiple of checkpoint_every, where a checkpoint is kept
+        n = std::min<int64_t>({params_.n_batch, out.n_tokens - row0, every - cache_.n_past() % every});
         eval_ubatch(tokens.data() + row0, n, logits_all, out, row0, false);
         cache_.append((uint32_t) n);
         tokens_.insert(tokens_.end(), tokens.begin() + row0, tokens.begin() + row0 + n);
+        last_hidden_.assign(out.hidden.begin() + (row0 + n - 1) * hp.n_embd, out.hidden.begin() + (row0 + n) * hp.n_embd);
+        if (cache_.n_past() % every == 0) checkpoint();
     }
     return out;
+}
+
+void Engine::reset() {
+    cache_.clear();
+    tokens_.clear();
+    pending_tokens_.clear();
+    last_hidden_.clear();
+    checkpoints_.clear();
+    draft_from_trunk_ = 0;
+    if (draft_cache_) draft_cache_->clear();
+}
+
+void Engine::checkpoint() {
+    check_no_pending_verify();
+    if (cache_.n_past() == 0) throw std::logic_error("a checkpoint of an empty sequence");
+    if (checkpoints_.max_count() == 0) return;
+    checkpoints_.add(Checkpoint{cache_.save(), last_hidden_});
+}
+
+int64_t Engine::resume(const std::vector<int32_t> & prompt, bool draft_rows, std::vector<float> & hidden) {
+    check_no_pending_verify();
+    const int64_t common = std::mismatch(tokens_.begin(), tokens_.end(), prompt.begin(), prompt.end()).first - tokens_.begin();
+    int64_t bound = std::min<int64_t>(common, (int64_t) prompt.size() - 1);
+    // the draft head's row c-1 is rewritten with prompt[c]; the rows before it must be the trunk's
+    if (draft_rows && draft_cache_) bound = std::min<int64_t>(bound, std::min<int64_t>(draft_from_trunk_, draft_cache_->n_past()) + 1);
+    const int64_t n_past = cache_.n_past();
+    if (n_past >= 1 && n_past <= bound) {  // the sequence as it is: nothing to restore
+        hidden = last_hidden_;
+        return n_past;
+    }
+    const Checkpoint * c = checkpoints_.newest_at_or_before(bound);
+    if (c == nullptr) {
+        reset();
+        hidden.clear();
+        return 0;
+    }
+    cache_.restore(c->trunk);
+    tokens_.resize(c->n_past());
+    last_hidden_ = c->hidden;
+    checkpoints_.drop_after(c->n_past());
+    draft_from_trunk_ = std::min<int64_t>(draft_from_trunk_, c->n_past() - 1);
+    hidden = last_hidden_;
+    return c->n_past();
 }
 
 void Engine::verify(const std::vector<int32_t> & tokens, EvalOutput & out) {
@@ -199,6 +247,7 @@ void Engine::verify(const std::vector<int32_t> & tokens, EvalOutput & out) {
     out.hidden.resize(n * model_.hp.n_embd);
     cache_.begin_verify(eval_ubatch(tokens.data(), n, true, out, 0, true), (uint32_t) n);
     pending_tokens_ = tokens;
+    pending_hidden_ = out.hidden;
 }
 
 void Engine::commit(int64_t n_keep) {
@@ -208,6 +257,8 @@ void Engine::commit(int64_t n_keep) {
     }
     cache_.commit((uint32_t) n_keep);
     tokens_.insert(tokens_.end(), pending_tokens_.begin(), pending_tokens_.begin() + n_keep);
+    const int64_t n_embd = model_.hp.n_embd;
+    last_hidden_.assign(pending_hidden_.begin() + (n_keep - 1) * n_embd, pending_hidden_.begin() + n_keep * n_embd);
     pending_tokens_.clear();
 }
 
@@ -257,7 +308,7 @@ std::vector<KdaSnapshots> Engine::eval_ubatch(const int32_t * tokens, int64_t n,
 }
 
 void Engine::draft_rows(const float * hidden, const int32_t * next_tokens, int64_t n, int64_t pos0,
-                        const int32_t * saved_pools, int64_t saved_p0, DraftOutput & out) {
+                        const int32_t * saved_pools, int64_t saved_p0, bool from_trunk, DraftOutput & out) {
     const HParams & hp = model_.hp;
     check_no_pending_verify();
     if (!draft_cache_) {
@@ -273,6 +324,7 @@ void Engine::draft_rows(const float * hidden, const int32_t * next_tokens, int64
     }
     check_tokens(next_tokens, n);
     draft_cache_->truncate((uint32_t) pos0);  // rows after the ones written now are dropped
+    draft_from_trunk_ = from_trunk && draft_from_trunk_ >= pos0 ? pos0 + n : std::min<int64_t>(draft_from_trunk_, pos0);
     for (int64_t row0 = 0; row0 < n; row0 += params_.n_batch) {
         const int64_t m = std::min<int64_t>(params_.n_batch, n - row0);
         GraphContext gc(meta_);

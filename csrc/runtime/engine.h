@@ -11,6 +11,7 @@
 #include "ggml-backend.h"
 #include "model/draft_weights.h"
 #include "model/model.h"
+#include "runtime/checkpoints.h"
 #include "runtime/seq_cache.h"
 #include "runtime/traffic.h"
 
@@ -21,6 +22,8 @@ struct EngineParams {
     uint32_t n_batch = 512;  // rows per ubatch
     int n_threads = 0;       // 0 = hardware concurrency
     ggml_type draft_type = GGML_TYPE_COUNT;  // the draft layer as stored, or requantized (q8_0 / q4_0)
+    uint32_t n_checkpoints = 32;      // context checkpoints kept (llama-server's --ctx-checkpoints); 0 = none
+    uint32_t checkpoint_every = 8192; // while prefilling, a checkpoint at every multiple of this row (llama.cpp's 8192)
 };
 
 // Memory one device holds for this engine (bytes), as llama.cpp's load report gives it.
@@ -73,21 +76,33 @@ public:
     // cache back past them (SeqCache::commit): no replay. Throws std::logic_error without a pending pass.
     void commit(int64_t n_keep);
 
+    // Keeps a checkpoint of the sequence as it is now (n_past >= 1; no verify pass pending): what a later request
+    // sharing this prefix resumes from. Made at the end of every prompt, and by eval every checkpoint_every rows.
+    void checkpoint();
+
+    // Prepares the sequence for `prompt`: keeps the longest prefix it can resume from and returns its length c
+    // (0: the sequence was reset), so that prompt[c:] is what is left to evaluate (c < prompt.size(): the last
+    // token is always evaluated, for its logits). The rows kept are those of prompt[:c] exactly: c is at most the
+    // common prefix of the sequence's tokens and the prompt, and it is the current length or a checkpoint's (the
+    // KDA states cannot drop rows). With `draft_rows`, the NextN layer's rows before c-1 must also have been
+    // written from the trunk (draft_rows from_trunk), so that drafting after a hit is drafting without one.
+    // `hidden` receives row c-1's post-norm hidden state [n_embd] (the draft head's row c-1 needs it).
+    int64_t resume(const std::vector<int32_t> & prompt, bool draft_rows, std::vector<float> & hidden);
+    const Checkpoints & checkpoints() const { return checkpoints_; }
+    // Host memory one checkpoint takes: the trunk's KDA conv windows and states, and one hidden row.
+    size_t checkpoint_bytes() const { return cache_.recurrent_bytes() + model_.hp.n_embd * sizeof(float); }
+
     // Writes draft-head rows (hidden[i], next_tokens[i]) at positions pos0.. (hidden: [n, n_embd] row-major,
-    // post-norm trunk states or a previous step's z) into the draft cache, dropping any rows after them.
+    // post-norm trunk states or a previous step's z; `from_trunk` says which) into the draft cache, dropping any
+    // rows after them.
     // With saved_pools (n must be 1) the row attends exactly the selection row saved_p0 made (index sharing).
     // The answer for the last row goes to `out` (reused by callers step after step; `hidden` may point into out.z:
     // it is read before `out` is written). Throws std::invalid_argument if the file has no NextN layer, pos0
     // leaves a gap, or n_ctx is exceeded.
     void draft_rows(const float * hidden, const int32_t * next_tokens, int64_t n, int64_t pos0,
-                    const int32_t * saved_pools, int64_t saved_p0, DraftOutput & out);
+                    const int32_t * saved_pools, int64_t saved_p0, bool from_trunk, DraftOutput & out);
 
-    void reset() {
-        cache_.clear();
-        tokens_.clear();
-        pending_tokens_.clear();
-        if (draft_cache_) draft_cache_->clear();
-    }
+    void reset();
     uint32_t n_past() const { return cache_.n_past(); }
     const std::vector<int32_t> & tokens() const { return tokens_; }  // the sequence's tokens, one per trunk row
     uint32_t n_vocab() const { return model_.hp.n_vocab; }
@@ -130,6 +145,10 @@ private:
     std::unique_ptr<DraftWeights> draft_weights_;
     std::vector<int32_t> tokens_;
     std::vector<int32_t> pending_tokens_;  // the rows of a verify pass awaiting commit
+    std::vector<float> pending_hidden_;  // their post-norm hidden states [n, n_embd] (last_hidden_ at commit)
+    std::vector<float> last_hidden_;   // post-norm hidden state of row n_past-1
+    int64_t draft_from_trunk_ = 0;     // draft-cache rows [0, this) were written from trunk hidden states
+    Checkpoints checkpoints_;
     std::vector<ggml_backend_t> backends_;  // the placed devices', then the CPU's
     ggml_backend_t cpu_ = nullptr;
     ggml_backend_sched_t sched_ = nullptr;

@@ -96,6 +96,46 @@ void SeqCache::truncate(uint32_t n) {
     n_past_ = n;
 }
 
+RecurrentState SeqCache::save() const {
+    if (verify_pending()) throw std::logic_error("a state saved while a verify pass awaits its commit");
+    RecurrentState out;
+    out.n_past = n_past_;
+    for (const LayerCache & c : layers_) {
+        for (const ggml_tensor * t : {c.conv, c.state}) {
+            if (t == nullptr) continue;
+            const size_t at = out.kda.size();
+            out.kda.resize(at + ggml_nelements(t));
+            ggml_backend_tensor_get(t, out.kda.data() + at, 0, ggml_nbytes(t));
+        }
+    }
+    return out;
+}
+
+size_t SeqCache::recurrent_bytes() const {
+    size_t n = 0;
+    for (const LayerCache & c : layers_) {
+        for (const ggml_tensor * t : {c.conv, c.state}) n += t ? ggml_nbytes(t) : 0;
+    }
+    return n;
+}
+
+void SeqCache::restore(const RecurrentState & state) {
+    if (verify_pending()) throw std::logic_error("a state restored while a verify pass awaits its commit");
+    if (state.n_past > n_past_) {
+        throw std::logic_error("restore to row " + std::to_string(state.n_past) + " of " + std::to_string(n_past_));
+    }
+    if (recurrent_bytes() != state.bytes()) throw std::logic_error("a saved state of another shape");
+    size_t at = 0;
+    for (const LayerCache & c : layers_) {
+        for (ggml_tensor * t : {c.conv, c.state}) {
+            if (t == nullptr) continue;
+            ggml_backend_tensor_set(t, state.kda.data() + at, 0, ggml_nbytes(t));
+            at += ggml_nelements(t);
+        }
+    }
+    n_past_ = state.n_past;
+}
+
 void SeqCache::begin_verify(std::vector<KdaSnapshots> snapshots, uint32_t n_rows) {
     if (verify_pending()) throw std::logic_error("a verify pass began before the last one was committed");
     if (n_rows == 0) throw std::logic_error("a verify pass of 0 rows");

@@ -15,6 +15,15 @@
 
 namespace glm5next {
 
+// The recurrent part of a sequence after n_past rows, copied to host memory: every KDA layer's conv window and
+// state, in layer order (empty for a cache without KDA layers). With the attention rows before n_past, which a
+// cache keeps until they are overwritten, it lets the sequence resume at row n_past.
+struct RecurrentState {
+    uint32_t n_past = 0;
+    std::vector<float> kda;
+    size_t bytes() const { return kda.size() * sizeof(float); }
+};
+
 class SeqCache {
 public:
     // Allocates the caches of layers [first_layer, first_layer + n_layers) of `model` for n_ctx rows, zeroed, each
@@ -41,6 +50,15 @@ public:
     // Keep rows [0, n) and drop the rest. Only attention caches can drop rows: throws std::logic_error when a
     // layer has recurrent (KDA) state and rows would be dropped.
     void truncate(uint32_t n);
+
+    // A copy of the recurrent state now (n_past rows written; no verify pass pending), and its size in bytes.
+    RecurrentState save() const;
+    size_t recurrent_bytes() const;
+    // Resumes at state.n_past: the attention rows after it are dropped (they are rewritten before they are
+    // read) and the KDA conv windows and states are copied back. The attention rows before it must still be those
+    // the state was saved with: the caller restores only a state of this sequence's current prefix. Throws
+    // std::logic_error while a verify pass is pending, for a state past n_past or of another shape.
+    void restore(const RecurrentState & state);
 
     // A computed verify graph appended n_rows rows provisionally and left `snapshots` (one per KDA layer, in its
     // compute buffer: nothing else may run until commit). n_past stays until commit.

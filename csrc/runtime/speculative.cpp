@@ -61,25 +61,43 @@ int64_t Generator::synthetic_keep(int64_t n_drafts) {
     return std::min<int64_t>(n_drafts, lo + (up ? 1 : 0)) + 1;
 }
 
-int32_t Generator::start(const std::vector<int32_t> & prompt) {
+int32_t Generator::start(const std::vector<int32_t> & prompt, bool cache_prompt) {
     const int64_t n_embd = engine_.n_embd();
-    engine_.reset();
+    if (prompt.empty()) throw std::invalid_argument("eval: no tokens");
     started_ = false;
     stats_ = SpecStats();
     stats_.drafted_at.assign(spec_.n_max, 0);
     stats_.accepted_at.assign(spec_.n_max, 0);
     stats_.n_prompt = (int64_t) prompt.size();
     const auto t0 = std::chrono::steady_clock::now();
-    EvalOutput out = engine_.eval(prompt, false);
+    std::vector<float> h_before;  // the post-norm hidden state of the row before the first one evaluated
+    int64_t c = 0;
+    if (cache_prompt) {
+        c = engine_.resume(prompt, chain_ != nullptr, h_before);
+    } else {
+        engine_.reset();
+    }
+    stats_.n_cached = c;
+    EvalOutput out = engine_.eval(std::vector<int32_t>(prompt.begin() + c, prompt.end()), false);
     stats_.prompt_ms = ms_since(t0);
+    if (cache_prompt) engine_.checkpoint();
 
-    // Draft rows (h_p, x_{p+1}) wait to be written with the next step 0: the prompt's, from position 0.
-    pending_pos_ = 0;
+    // Draft rows (h_p, x_{p+1}) wait to be written with the next step 0: from the row before the first one
+    // evaluated (the NextN layer's rows before it were kept), or from position 0.
+    pending_pos_ = c > 0 ? c - 1 : 0;
     pending_h_.clear();
     pending_x_.clear();
     if (chain_) {
-        pending_h_.assign(out.hidden.begin(), out.hidden.end() - n_embd);
-        pending_x_.assign(prompt.begin() + 1, prompt.end());
+        if (c > 0) pending_h_ = h_before;
+        pending_h_.insert(pending_h_.end(), out.hidden.begin(), out.hidden.end() - n_embd);
+        pending_x_.assign(prompt.begin() + pending_pos_ + 1, prompt.end());
+        if (cache_prompt && !pending_x_.empty()) {  // now, so that the prompt-end checkpoint can serve drafting
+            engine_.draft_rows(pending_h_.data(), pending_x_.data(), (int64_t) pending_x_.size(), pending_pos_,
+                               nullptr, -1, /*from_trunk=*/true, prompt_rows_out_);
+            pending_pos_ += (int64_t) pending_x_.size();
+            pending_h_.clear();
+            pending_x_.clear();
+        }
     }
     h_last_.assign(out.hidden.end() - n_embd, out.hidden.end());
     next_ = sampler_.sample(out.logits.data(), engine_.n_vocab());

@@ -32,6 +32,7 @@ struct SpecParams {
 
 struct SpecStats {
     int64_t n_prompt = 0;
+    int64_t n_cached = 0;                      // prompt tokens resumed from the cache (not evaluated)
     int64_t n_rounds = 0;                      // verify passes that carried drafts
     int64_t n_drafted = 0, n_accepted = 0;
     std::vector<int64_t> drafted_at, accepted_at;  // per draft position (0 = first draft of a round)
@@ -44,9 +45,13 @@ public:
     // does not fit a ubatch.
     Generator(Engine & engine, const SpecParams & spec, const SamplerParams & sampling);
 
-    // Resets the sequence, evaluates `prompt` and samples the first token, which it returns. Throws
-    // std::invalid_argument for an empty prompt, a token outside the vocabulary or a prompt longer than n_ctx.
-    int32_t start(const std::vector<int32_t> & prompt);
+    // Evaluates `prompt` and samples the first token, which it returns. With `cache_prompt` the sequence keeps the
+    // longest prefix of the prompt it can resume from (Engine::resume) and evaluates only the rest, then keeps a
+    // checkpoint at the end of the prompt (where the next turn of a chat starts) and, when speculating, writes the
+    // NextN layer's rows for the prompt at once (not with the first draft), so that the checkpoint can serve a
+    // later request that drafts; without, it starts over. Throws std::invalid_argument for an empty prompt, a token outside the vocabulary or a prompt
+    // longer than n_ctx.
+    int32_t start(const std::vector<int32_t> & prompt, bool cache_prompt = false);
 
     // One round: evaluates the last token (with up to n_max drafts when speculating) and returns the tokens it
     // emits: the accepted drafts, then the target's own token. Throws std::invalid_argument without start() or
@@ -90,6 +95,7 @@ private:
     std::vector<float> p_;  // the target distribution of a row (reused)
     // Engine outputs, reused round after round: no per-round allocation of [rows, n_vocab] logits.
     EvalOutput verify_out_;
+    DraftOutput prompt_rows_out_;  // the answer to the prompt's draft rows, written at start with cache_prompt (unused)
     std::mt19937_64 synthetic_rng_{12345};
 };
 

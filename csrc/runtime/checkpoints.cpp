@@ -1,0 +1,29 @@
+#include "runtime/checkpoints.h"
+
+namespace glm5next {
+
+void Checkpoints::add(Checkpoint c) {
+    if (max_count_ == 0) return;
+    drop_after((int64_t) c.n_past() - 1);
+    list_.push_back(std::move(c));
+    while (list_.size() > max_count_) list_.pop_front();
+}
+
+const Checkpoint * Checkpoints::newest_at_or_before(int64_t max_row) const {
+    for (auto it = list_.rbegin(); it != list_.rend(); ++it) {
+        if (it->n_past() >= 1 && (int64_t) it->n_past() <= max_row) return &*it;
+    }
+    return nullptr;
+}
+
+void Checkpoints::drop_after(int64_t row) {
+    while (!list_.empty() && (int64_t) list_.back().n_past() > row) list_.pop_back();
+}
+
+size_t Checkpoints::bytes() const {
+    size_t n = 0;
+    for (const Checkpoint & c : list_) n += c.bytes();
+    return n;
+}
+
+}  // namespace glm5next

@@ -1,0 +1,125 @@
+"""Prompt cache (issue 12; runtime/checkpoints.h): a prompt that shares a prefix with what the model's sequence
+holds evaluates only the rest, resuming from the sequence as it is or from a context checkpoint (the KDA states
+cannot drop rows), and the output is the output of a fresh sequence: greedy tokens equal, and with draft-MTP the
+same drafts accepted (the NextN layer's rows for the prefix are kept)."""
+from __future__ import annotations
+
+import pytest
+
+from conftest import random_tokens
+
+FIRST = random_tokens(72, seed=31)  # index_topk is 16, kpool 4: sparsity is exercised well before the split points
+CHECKPOINT_EVERY = 24               # prefill checkpoints at rows 24, 48, 72 (and one at the end of every prompt)
+# where a prompt parts from the sequence: inside the first pool, at and around pool boundaries, around
+# index_topk, at and between prefill checkpoints, just before the end of the first prompt
+SPLITS = [1, 3, 4, 5, 15, 16, 17, 24, 30, 48, 71]
+N_GEN = 12
+
+
+# random weights ("tiny"): every state matters to the greedy tokens; "predictable": drafts are accepted at every
+# position, so that equal acceptance means something
+@pytest.fixture(scope="module", params=["tiny-f32", "tiny-q8_0", "predictable-f32", "predictable-q8_0"])
+def gguf(request, checkpoints):
+    preset, outtype = request.param.split("-")
+    return checkpoints.convert(checkpoints.make(f"cache-{preset}", preset, dtype="f32"), outtype=outtype)
+
+
+def new_model(path, **kw):
+    from glm5next_runtime import Model
+    return Model(path, n_ctx=256, n_threads=2, checkpoint_every=CHECKPOINT_EVERY, **kw)
+
+
+@pytest.fixture(scope="module")
+def cached(gguf):
+    return new_model(gguf)
+
+
+@pytest.fixture(scope="module")
+def fresh(gguf):
+    return new_model(gguf)
+
+
+@pytest.mark.parametrize("spec_n_max", [0, 3])
+@pytest.mark.parametrize("split", SPLITS)
+def test_cache_hit_gives_the_output_of_a_fresh_sequence(cached, fresh, split, spec_n_max):
+    """The sequence holds a checkpoint at `split` (the end of an earlier prompt) and has moved past it; a prompt
+    that parts from it there resumes at the checkpoint: rows after it dropped, KDA states copied back."""
+    kw = dict(temperature=0, spec_n_max=spec_n_max)
+    cached.generate(FIRST[:split], max_tokens=0, **kw)
+    cached.generate(FIRST, max_tokens=N_GEN, **kw)
+    prompt = FIRST[:split] + random_tokens(20, seed=split)
+    hit = cached.generate(prompt, max_tokens=N_GEN, **kw)
+    want = fresh.generate(prompt, max_tokens=N_GEN, cache_prompt=False, **kw)
+    assert hit.tokens == want.tokens
+    assert hit.metrics["n_cached_tokens"] == split
+    if spec_n_max:  # the draft head saw the same rows: the same drafts were made and accepted
+        for key in ("drafted_at", "accepted_at", "n_drafts"):
+            assert hit.metrics[key] == want.metrics[key], key
+
+
+def test_resumes_at_the_newest_checkpoint_before_the_split(cached):
+    cached.generate(FIRST, max_tokens=N_GEN, temperature=0, spec_n_max=0, cache_prompt=False)
+    hit = cached.generate(FIRST[:30] + [1, 2], max_tokens=1, temperature=0, spec_n_max=0)
+    assert hit.metrics["n_cached_tokens"] == 24  # the prefill checkpoint at row 24; the sequence was past row 30
+
+
+def test_continuing_the_sequence_evaluates_only_the_new_tokens(cached):
+    """A prompt that extends everything the sequence evaluated (a chat's next turn without speculation) resumes
+    from the sequence as it is, generated tokens included."""
+    first = cached.generate(FIRST, max_tokens=N_GEN, temperature=0, spec_n_max=0)
+    evaluated = FIRST + first.tokens[:-1]  # the last generated token was sampled, never evaluated
+    hit = cached.generate(FIRST + first.tokens + [5, 6, 7], max_tokens=1, temperature=0, spec_n_max=0)
+    assert hit.metrics["n_cached_tokens"] == len(evaluated)
+
+
+@pytest.mark.parametrize("ending", ["stop-string", "max-tokens", "abandoned-stream"])
+def test_cache_hit_after_each_way_a_request_ends(cached, fresh, ending):
+    kw = dict(temperature=0, spec_n_max=3)
+    if ending == "stop-string":
+        text = cached.generate(FIRST, max_tokens=N_GEN, **kw).text
+        cached.generate(FIRST, max_tokens=N_GEN, stop=text[len(text) // 2:][:3] or None, **kw)
+    elif ending == "max-tokens":
+        cached.generate(FIRST, max_tokens=5, **kw)
+    else:  # a client that disconnects: the stream is dropped after its first pieces
+        stream = cached.generate(FIRST, max_tokens=N_GEN, stream=True, **kw)
+        next(stream, None)
+        del stream
+    prompt = FIRST[:40] + random_tokens(10, seed=99)
+    hit = cached.generate(prompt, max_tokens=N_GEN, **kw)
+    want = fresh.generate(prompt, max_tokens=N_GEN, cache_prompt=False, **kw)
+    assert hit.tokens == want.tokens and hit.metrics["n_cached_tokens"] > 0
+
+
+def test_no_common_prefix_starts_over(cached):
+    cached.generate(FIRST, max_tokens=2, temperature=0)
+    other = random_tokens(30, seed=5)
+    assert other[0] != FIRST[0]
+    assert cached.generate(other, max_tokens=2, temperature=0).metrics["n_cached_tokens"] == 0
+
+
+def test_cache_prompt_false_evaluates_everything(cached):
+    cached.generate(FIRST, max_tokens=2, temperature=0)
+    r = cached.generate(FIRST + [3, 4], max_tokens=2, temperature=0, cache_prompt=False)
+    assert r.metrics["n_cached_tokens"] == 0
+
+
+def test_checkpoints_are_bounded(gguf):
+    m = new_model(gguf, ctx_checkpoints=2)
+    m.generate(FIRST, max_tokens=2, temperature=0)  # prefill checkpoints at 24, 48, 72 and the prompt's end
+    stats = m.checkpoints()
+    assert stats["count"] == 2 and stats["rows"] == [48, 72] and stats["max_count"] == 2
+    assert stats["bytes"] == 2 * stats["bytes_each"]
+    hp = m.hparams  # one checkpoint: every KDA layer's conv window and state, and one hidden row (4 bytes each)
+    n_kda = sum(1 for kv in hp["head_count_kv"][:hp["n_trunk"]] if kv == 0)
+    inner = hp["kda_head_dim"] * hp["n_head"]
+    per_layer = (hp["ssm_conv_kernel"] - 1) * 3 * inner + hp["kda_head_dim"] ** 2 * hp["n_head"]
+    assert stats["bytes_each"] == 4 * (n_kda * per_layer + hp["n_embd"])
+
+
+def test_no_checkpoints_still_resumes_the_sequence_as_it_is(gguf):
+    m = new_model(gguf, ctx_checkpoints=0)
+    first = m.generate(FIRST, max_tokens=4, temperature=0, spec_n_max=0)
+    r = m.generate(FIRST + first.tokens + [9], max_tokens=1, temperature=0, spec_n_max=0)
+    assert r.metrics["n_cached_tokens"] == len(FIRST) + 3 and m.checkpoints()["count"] == 0
+    r = m.generate(FIRST[:10] + [9], max_tokens=1, temperature=0, spec_n_max=0)
+    assert r.metrics["n_cached_tokens"] == 0  # no checkpoint to go back to
