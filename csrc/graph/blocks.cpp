@@ -21,11 +21,18 @@ void write_rows(ggml_context * ctx, ggml_cgraph * gf, ggml_tensor * src, ggml_te
 
 ggml_tensor * BlockBuilder::rms(ggml_tensor * x, ggml_tensor * w) const { return ggml_mul(ctx, ggml_rms_norm(ctx, x, hp.rms_eps), w); }
 
+ggml_tensor * BlockBuilder::mm(ggml_tensor * w, ggml_tensor * x) const {
+    if (x->ne[1] != 1 || !cpu_kernels) return ggml_mul_mat(ctx, w, x);
+    ggml_tensor * r = ggml_mul_mat(ctx, w, ggml_concat(ctx, x, x, 1));
+    if (r->ne[2] * r->ne[3] == 1) return ggml_view_2d(ctx, r, r->ne[0], 1, r->nb[1], 0);
+    return ggml_cont(ctx, ggml_view_4d(ctx, r, r->ne[0], 1, r->ne[2], r->ne[3], r->nb[1], r->nb[2], r->nb[3], 0));
+}
+
 ggml_tensor * BlockBuilder::hc_pre(ggml_tensor * x, ggml_tensor * fn, ggml_tensor * scale, ggml_tensor * base,
                      ggml_tensor ** post, ggml_tensor ** comb) const {
     const int64_t hc = hp.hc_mult, n_embd = hp.n_embd;
     ggml_tensor * flat = ggml_rms_norm(ctx, ggml_reshape_2d(ctx, x, n_embd * hc, T), hp.rms_eps);
-    ggml_tensor * mixes = ggml_mul_mat(ctx, fn, flat);  // [(2+hc)*hc, T]
+    ggml_tensor * mixes = mm(fn, flat);  // [(2+hc)*hc, T]
     *comb = ggml_dsv4_hc_comb(ctx, mixes, scale, base, hp.hc_eps, (int32_t) hp.hc_sinkhorn_iters);
     if (cpu_kernels) {
         ggml_tensor * gates = hc_gates(ctx, mixes, scale, base, hc, &hp.hc_eps);  // [2*hc, T]: pre, post
@@ -49,13 +56,13 @@ ggml_tensor * BlockBuilder::hc_post(ggml_tensor * x, ggml_tensor * residual, ggm
 }
 
 ggml_tensor * BlockBuilder::swiglu(ggml_tensor * x, ggml_tensor * wg, ggml_tensor * wu, ggml_tensor * wd, float limit) const {
-    ggml_tensor * gate = ggml_mul_mat(ctx, wg, x);
-    ggml_tensor * up = ggml_mul_mat(ctx, wu, x);
+    ggml_tensor * gate = mm(wg, x);
+    ggml_tensor * up = mm(wu, x);
     if (limit > 0.0f) {
         gate = ggml_clamp(ctx, gate, -INFINITY, limit);
         up = ggml_clamp(ctx, up, -limit, limit);
     }
-    return ggml_mul_mat(ctx, wd, ggml_mul(ctx, ggml_silu(ctx, gate), up));
+    return mm(wd, ggml_mul(ctx, ggml_silu(ctx, gate), up));
 }
 
 // Sigmoid routing (model.md, MoE): s = sigmoid(logits), experts chosen by s + bias (within the best groups),
@@ -83,7 +90,7 @@ void BlockBuilder::route(ggml_tensor * logits, ggml_tensor * bias, ggml_tensor *
 ggml_tensor * BlockBuilder::moe(ggml_tensor * x, const LayerWeights & w, int il) const {
     const int64_t k = hp.n_expert_used;
     ggml_tensor *ids, *wts;  // i32 [k, T] chosen experts, f32 [1, k, T] their weights
-    route(ggml_mul_mat(ctx, w.gate_inp, x), w.exp_probs_b, &ids, &wts);
+    route(mm(w.gate_inp, x), w.exp_probs_b, &ids, &wts);
     ggml_tensor * xe = ggml_reshape_3d(ctx, x, hp.n_embd, 1, T);
     ggml_tensor * gate = ggml_mul_mat_id(ctx, w.gate_exps, xe, ids);  // [n_ff_exp, k, T]
     ggml_tensor * up = ggml_mul_mat_id(ctx, w.up_exps, xe, ids);
@@ -110,7 +117,7 @@ ggml_tensor * BlockBuilder::conv(ggml_tensor * x, ggml_tensor * proj, ggml_tenso
                                  ggml_tensor ** xt_out) const {
     const int64_t inner = hp.kda_inner(), K = hp.ssm_conv_kernel;
     ggml_tensor * window = ggml_view_2d(ctx, conv_cache, K - 1, inner, conv_cache->nb[1], part * inner * conv_cache->nb[1]);
-    ggml_tensor * xt = ggml_concat(ctx, window, ggml_transpose(ctx, ggml_mul_mat(ctx, proj, x)), 0);  // [K-1+T, inner]
+    ggml_tensor * xt = ggml_concat(ctx, window, ggml_transpose(ctx, mm(proj, x)), 0);  // [K-1+T, inner]
     ggml_tensor * tail = ggml_view_2d(ctx, xt, K - 1, inner, xt->nb[1], T * xt->nb[0]);
     ggml_build_forward_expand(gf, ggml_cpy(ctx, tail, window));
     *xt_out = xt;
@@ -129,7 +136,7 @@ ggml_tensor * BlockBuilder::kda(ggml_tensor * x, const LayerWeights & w, const L
     ggml_tensor * k = l2(ggml_reshape_4d(ctx, conv(x, w.wk, w.conv_k, c.conv, 1, &snap.xt[1]), d, nh, T, 1));
     ggml_tensor * v = ggml_reshape_4d(ctx, conv(x, w.wv, w.conv_v, c.conv, 2, &snap.xt[2]), d, nh, T, 1);
 
-    ggml_tensor * f = ggml_add(ctx, ggml_mul_mat(ctx, w.ssm_f_b, ggml_mul_mat(ctx, w.ssm_f_a, x)), w.ssm_dt_b);
+    ggml_tensor * f = ggml_add(ctx, mm(w.ssm_f_b, mm(w.ssm_f_a, x)), w.ssm_dt_b);
     f = ggml_reshape_4d(ctx, f, d, nh, T, 1);
     ggml_tensor * neg_a = ggml_reshape_4d(ctx, w.ssm_a, 1, nh, 1, 1);  // -exp(A_log)
     ggml_tensor * gate;
@@ -138,7 +145,7 @@ ggml_tensor * BlockBuilder::kda(ggml_tensor * x, const LayerWeights & w, const L
     } else {                       // -exp(A_log) * softplus(f)
         gate = ggml_mul(ctx, ggml_softplus(ctx, f), neg_a);
     }
-    ggml_tensor * beta = ggml_reshape_4d(ctx, ggml_sigmoid(ctx, ggml_mul_mat(ctx, w.ssm_beta, x)), 1, nh, T, 1);
+    ggml_tensor * beta = ggml_reshape_4d(ctx, ggml_sigmoid(ctx, mm(w.ssm_beta, x)), 1, nh, T, 1);
     ggml_tensor * state = ggml_reshape_4d(ctx, c.state, d, d, nh, 1);
 
     ggml_tensor * packed = ggml_gated_delta_net(ctx, q, k, v, gate, beta, state, snapshots ? T : 1);
@@ -151,19 +158,19 @@ ggml_tensor * BlockBuilder::kda(ggml_tensor * x, const LayerWeights & w, const L
     ggml_tensor * new_state = ggml_view_1d(ctx, packed, d * d * nh, d * nh * T * sizeof(float));
     ggml_build_forward_expand(gf, ggml_cpy(ctx, new_state, ggml_reshape_1d(ctx, c.state, d * d * nh)));
 
-    ggml_tensor * og = ggml_reshape_3d(ctx, ggml_mul_mat(ctx, w.ssm_g_b, ggml_mul_mat(ctx, w.ssm_g_a, x)), d, nh, T);
+    ggml_tensor * og = ggml_reshape_3d(ctx, mm(w.ssm_g_b, mm(w.ssm_g_a, x)), d, nh, T);
     o = ggml_mul(ctx, ggml_mul(ctx, ggml_rms_norm(ctx, ggml_cont(ctx, o), hp.rms_eps), w.ssm_norm), ggml_sigmoid(ctx, og));
-    return ggml_mul_mat(ctx, w.wo, ggml_reshape_2d(ctx, o, d * nh, T));
+    return mm(w.wo, ggml_reshape_2d(ctx, o, d * nh, T));
 }
 
 // The kpool indexer (model.md, Indexer): caches key/gate rows and the pooled key of every pool completed by
 // this ubatch, scores all complete pools, returns the chosen pools i32 [n_top_pool, T].
 Selection BlockBuilder::indexer(ggml_tensor * x, ggml_tensor * qr, const LayerWeights & w, const LayerCache & c) const {
     const int64_t idim = hp.idx_head_dim, ih = hp.idx_n_head, kpool = hp.idx_kpool;
-    ggml_tensor * ik = ggml_norm(ctx, ggml_mul_mat(ctx, w.idx_k, x), hp.ln_eps);
+    ggml_tensor * ik = ggml_norm(ctx, mm(w.idx_k, x), hp.ln_eps);
     ik = ggml_add(ctx, ggml_mul(ctx, ik, w.idx_k_norm), w.idx_k_norm_b);
     write_rows(ctx, gf, ik, c.idx_k, n_past);
-    write_rows(ctx, gf, ggml_mul_mat(ctx, w.idx_gate, x), c.idx_g, n_past);
+    write_rows(ctx, gf, mm(w.idx_gate, x), c.idx_g, n_past);
 
     const int64_t pool0 = n_past / kpool, pool1 = (n_past + T) / kpool;
     if (pool1 > pool0) {
@@ -181,11 +188,11 @@ Selection BlockBuilder::indexer(ggml_tensor * x, ggml_tensor * qr, const LayerWe
     const int64_t n_pool = std::max<int64_t>(1, pool1);  // pool 0 unwritten when pool1 == 0: never a candidate
     ggml_tensor * pooled = ggml_view_2d(ctx, c.pooled, idim, n_pool, c.pooled->nb[1], 0);
 
-    ggml_tensor * iq = ggml_reshape_3d(ctx, ggml_mul_mat(ctx, w.idx_q_b, qr), idim, ih, T);
-    ggml_tensor * kq = ggml_mul_mat(ctx, pooled, ggml_permute(ctx, iq, 0, 2, 1, 3));  // [n_pool, T, ih]
+    ggml_tensor * iq = ggml_reshape_3d(ctx, mm(w.idx_q_b, qr), idim, ih, T);
+    ggml_tensor * kq = mm(pooled, ggml_permute(ctx, iq, 0, 2, 1, 3));  // [n_pool, T, ih]
     kq = ggml_relu(ctx, ggml_scale(ctx, kq, 1.0f / std::sqrt((float) idim)));
     kq = ggml_cont(ctx, ggml_permute(ctx, kq, 1, 2, 0, 3));                        // [ih, n_pool, T]
-    ggml_tensor * wts = ggml_scale(ctx, ggml_mul_mat(ctx, w.idx_proj, x), 1.0f / std::sqrt((float) ih));
+    ggml_tensor * wts = ggml_scale(ctx, mm(w.idx_proj, x), 1.0f / std::sqrt((float) ih));
     ggml_tensor * scores = ggml_reshape_2d(ctx, ggml_mul_mat(ctx, kq, ggml_reshape_3d(ctx, wts, ih, 1, T)), n_pool, T);
     if (cpu_kernels) {
         return Selection{kpool_top_k(ctx, scores, &params.kpool), &params.kpool};
@@ -198,16 +205,16 @@ Selection BlockBuilder::indexer(ggml_tensor * x, ggml_tensor * qr, const LayerWe
 ggml_tensor * BlockBuilder::dsa(ggml_tensor * x, const LayerWeights & w, const LayerCache & c, bool run_indexer,
                                 Selection & sel) const {
     const int64_t nope = hp.head_k_mla, nh = hp.n_head, kvr = hp.kv_lora_rank, n_kv = n_past + T;
-    ggml_tensor * qr = rms(ggml_mul_mat(ctx, w.wq_a, x), w.q_a_norm);
-    ggml_tensor * q = ggml_reshape_3d(ctx, ggml_mul_mat(ctx, w.wq_b, qr), nope, nh, T);
-    write_rows(ctx, gf, rms(ggml_mul_mat(ctx, w.wkv_a, x), w.kv_a_norm), c.latent, n_past);
+    ggml_tensor * qr = rms(mm(w.wq_a, x), w.q_a_norm);
+    ggml_tensor * q = ggml_reshape_3d(ctx, mm(w.wq_b, qr), nope, nh, T);
+    write_rows(ctx, gf, rms(mm(w.wkv_a, x), w.kv_a_norm), c.latent, n_past);
     if (run_indexer) {
         sel = indexer(x, qr, w, c);
     } else if (sel.pools == nullptr) {
         throw std::logic_error("a DSA layer without an indexer needs a selection to reuse");
     }
 
-    ggml_tensor * q_abs = ggml_mul_mat(ctx, w.wk_b, ggml_permute(ctx, q, 0, 2, 1, 3));  // [kvr, T, nh]
+    ggml_tensor * q_abs = mm(w.wk_b, ggml_permute(ctx, q, 0, 2, 1, 3));  // [kvr, T, nh]
     ggml_tensor * o;
     if (T <= kGatherMaxRows) {
         if (sel.rows == nullptr && sel.std_ops) {
@@ -239,7 +246,7 @@ ggml_tensor * BlockBuilder::dsa(ggml_tensor * x, const LayerWeights & w, const L
     if (row_scale) {
         o = ggml_mul(ctx, o, row_scale);
     }
-    return ggml_mul_mat(ctx, w.wo, o);
+    return mm(w.wo, o);
 }
 
 }  // namespace glm5next

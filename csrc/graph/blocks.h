@@ -63,6 +63,14 @@ public:
 
     ggml_tensor * rms(ggml_tensor * x, ggml_tensor * w) const;
 
+    // ggml_mul_mat(w, x) for x whose columns are the ubatch's rows (x [K, n_rows, ...]), such that a row's result
+    // does not depend on how many rows share the ubatch: ggml's CPU backend multiplies a single column with its
+    // vec_dot kernels and two or more with llamafile's tinyBLAS, which round differently (measured on the bench
+    // preset, q8_0: logits of a decode token and of the same row in a verify pass differed by up to 1.6, and greedy
+    // draft-MTP output differed from plain decoding). So on the CPU a single row is multiplied as two equal
+    // columns and the first kept: decode rows then equal verify rows bit for bit (issue 15, batch-invariant verify).
+    ggml_tensor * mm(ggml_tensor * w, ggml_tensor * x) const;
+
     // mHC pre (model.md step 1): the block input [n_embd, T]; post [hc, T] and comb [hc, hc, T] for hc_post.
     ggml_tensor * hc_pre(ggml_tensor * x, ggml_tensor * fn, ggml_tensor * scale, ggml_tensor * base,
                          ggml_tensor ** post, ggml_tensor ** comb) const;

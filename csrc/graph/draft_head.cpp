@@ -22,7 +22,7 @@ void build_draft_graph(DraftGraph & g, ggml_context * ctx, const Model & model, 
     // u = eh_proj [RMSNorm_e(E[x_{p+1}]); RMSNorm_h(h_p)], embedding half first
     ggml_tensor * embd = ggml_get_rows(ctx, w.nextn_embd ? w.nextn_embd : model.tok_embd, g.inp_tokens->t);
     ggml_tensor * eh = ggml_concat(ctx, b.rms(embd, w.enorm), b.rms(g.inp_hidden->t, w.hnorm), 0);
-    ggml_tensor * u = ggml_mul_mat(ctx, w.eh_proj, eh);
+    ggml_tensor * u = b.mm(w.eh_proj, eh);
 
     Selection sel;
     if (shared) {
@@ -33,7 +33,9 @@ void build_draft_graph(DraftGraph & g, ggml_context * ctx, const Model & model, 
     ggml_tensor * o = ggml_add(ctx, a, b.moe(b.rms(a, w.ffn_norm), w, (int) il));
     ggml_tensor * last = ggml_view_2d(ctx, o, hp.n_embd, 1, o->nb[1], (n_rows - 1) * o->nb[1]);
     g.z = b.rms(last, w.shared_head_norm);
-    g.logits = ggml_mul_mat(ctx, w.nextn_head ? w.nextn_head : model.output, g.z);
+    ggml_tensor * head = w.nextn_head ? w.nextn_head : model.output;
+    b.use_cpu_kernels(on_cpu(head));
+    g.logits = b.mm(head, g.z);
     ggml_set_name(g.z, "draft_z");
     ggml_set_name(g.logits, "draft_logits");
     ggml_set_output(g.z);

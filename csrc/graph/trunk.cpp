@@ -57,7 +57,8 @@ void build_trunk_graph(TrunkGraph & g, ggml_context * ctx, const Model & model, 
     ggml_set_name(g.hidden, "hidden");
     ggml_set_output(g.hidden);
     ggml_tensor * rows = all_logits ? g.hidden : ggml_view_2d(ctx, g.hidden, n_embd, 1, g.hidden->nb[1], (n_tokens - 1) * g.hidden->nb[1]);
-    g.logits = ggml_mul_mat(ctx, model.output, rows);
+    b.use_cpu_kernels(on_cpu(model.output));
+    g.logits = b.mm(model.output, rows);
     ggml_set_name(g.logits, "logits");
     ggml_set_output(g.logits);
     for (ggml_tensor * s : g.selections) {
