@@ -5,7 +5,7 @@
 
 The command line is `glm5next-convert` (glm5next_convert.cli).
 """
-from .checkpoint import ConversionError
+from .errors import ConversionError
 from .converter import convert
 
 __all__ = ["ConversionError", "convert"]

@@ -5,62 +5,83 @@ so that converting a 300+ GB checkpoint needs memory for about one layer's exper
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 
+from .errors import ConversionError
+from .fields import Fields, json_type
+from .inputs import read_json, regular_file
+
 FP8_DTYPES = ("F8_E4M3",)
+# safetensors dtypes a weight may have (integer or boolean weights are not a GLM-5.3-Flash checkpoint)
+FLOAT_DTYPES = ("F64", "F32", "F16", "BF16", *FP8_DTYPES)
+INDEX_NAME = "model.safetensors.index.json"
 
-
-class ConversionError(Exception):
-    """Bad input to the converter: the message names the file, the tensor or the key at fault."""
+__all__ = ["Checkpoint", "ConversionError", "FLOAT_DTYPES", "FP8_DTYPES"]
 
 
 class Checkpoint:
     """A checkpoint directory: `config.json`, safetensors shards (with or without an index), tokenizer.
 
-    Raises ConversionError when the config or the weights are missing or unreadable.
+    Raises ConversionError when the config or the weights are missing, unreadable, not regular files, or when
+    the config is not a JSON object or its quantization_config.weight_block_size is not two positive integers.
     """
 
     def __init__(self, hf_dir: str | Path):
         self.dir = Path(hf_dir)
         if not self.dir.is_dir():
             raise ConversionError(f"{self.dir}: not a directory")
-        cfg_path = self.dir / "config.json"
-        if not cfg_path.is_file():
-            raise ConversionError(f"{cfg_path}: missing (a Hugging Face checkpoint has a config.json)")
-        try:
-            self.config = json.loads(cfg_path.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise ConversionError(f"{cfg_path}: not valid JSON ({e})") from e
+        cfg_path = regular_file(self.dir / "config.json", True, "a Hugging Face checkpoint has a config.json")
+        self.config = read_json(cfg_path)
+        if not isinstance(self.config, dict):
+            raise ConversionError(f"{cfg_path}: expected a JSON object, got {json_type(self.config)}")
+        self.index: Path | None = None
         self.files = self._weight_files()
         self._handles: dict[Path, object] = {}
         self._where: dict[str, Path] = {}
         for f in self.files:
-            for name in self._open(f).keys():
+            for name in self._keys(f):
                 self._where[name] = f
-        qcfg = self.config.get("quantization_config") or {}
-        self.fp8_block = tuple(qcfg.get("weight_block_size") or (128, 128))
+        qcfg = Fields("config.json", [self.config]).object("quantization_config")
+        self.fp8_block = tuple(qcfg.int_array("weight_block_size", [128, 128], n=2, lo=1))
+
+    def input_files(self) -> list[Path]:
+        """Every file of the checkpoint read so far: config.json, the index (if any) and the weight files."""
+        return [self.dir / "config.json", *([self.index] if self.index else []), *self.files]
 
     def _weight_files(self) -> list[Path]:
-        index = self.dir / "model.safetensors.index.json"
-        if index.is_file():
-            try:
-                names = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-            except (json.JSONDecodeError, KeyError) as e:
-                raise ConversionError(f"{index}: not a safetensors index ({e})") from e
-            files = [self.dir / n for n in names]
-            for f in files:
-                if not f.is_file():
-                    raise ConversionError(f"{f}: listed in {index.name} but missing")
-            # shards the index does not list (e.g. a separate MTP file) are read too
-            files += [f for f in sorted(self.dir.glob("*.safetensors")) if f not in files]
-            return files
-        files = sorted(self.dir.glob("*.safetensors"))
-        if not files:
-            raise ConversionError(f"{self.dir}: no *.safetensors weight files")
-        return files
+        index = regular_file(self.dir / INDEX_NAME, required=False)
+        shards = [regular_file(f, True) for f in sorted(self.dir.glob("*.safetensors"))]
+        if index is None:
+            if not shards:
+                raise ConversionError(f"{self.dir}: no *.safetensors weight files")
+            return shards
+        self.index = index
+        doc = read_json(index)
+        weight_map = doc.get("weight_map") if isinstance(doc, dict) else None
+        if not isinstance(weight_map, dict):
+            raise ConversionError(f"{index}: not a safetensors index (no \"weight_map\" object)")
+        entries = Fields(str(index), [weight_map], ["weight_map."])
+        names = sorted({entries.string(k) for k in weight_map})
+        files = []
+        for n in names:
+            f = self.dir / n
+            if Path(n).is_absolute() or ".." in Path(n).parts:
+                raise ConversionError(f"{index}: weight_map names {n!r}, which is not a file in {self.dir}")
+            if regular_file(f, required=False) is None:
+                raise ConversionError(f"{f}: listed in {index.name} but missing")
+            files.append(f)
+        # shards the index does not list (e.g. a separate MTP file) are read too
+        return files + [f for f in shards if f not in files]
+
+    def _keys(self, f: Path) -> list[str]:
+        try:
+            return list(self._open(f).keys())
+        except ConversionError:
+            raise
+        except Exception as e:
+            raise ConversionError(f"{f}: unreadable safetensors header ({_one_line(e)})") from e
 
     def _open(self, f: Path):
         if f not in self._handles:
@@ -68,8 +89,20 @@ class Checkpoint:
             try:
                 self._handles[f] = safe_open(str(f), framework="pt")
             except Exception as e:  # safetensors raises its own error type for truncated/corrupt files
-                raise ConversionError(f"{f}: unreadable safetensors file ({e})") from e
+                raise ConversionError(f"{f}: unreadable safetensors file ({_one_line(e)})") from e
         return self._handles[f]
+
+    def _header(self, name: str, what: str):
+        """get_shape() (what="shape") or get_dtype() of tensor `name`'s header entry. Raises ConversionError
+        naming file and tensor when safetensors cannot give it."""
+        f = self._where[name]
+        try:
+            entry = self._open(f).get_slice(name)
+            return entry.get_shape() if what == "shape" else entry.get_dtype()
+        except ConversionError:
+            raise
+        except Exception as e:
+            raise ConversionError(f"{f}: unreadable header entry of tensor {name} ({_one_line(e)})") from e
 
     # ------------------------------------------------------------------------------------- metadata
 
@@ -80,11 +113,11 @@ class Checkpoint:
         return self._where[name]
 
     def shape(self, name: str) -> tuple[int, ...]:
-        return tuple(self._open(self._where[name]).get_slice(name).get_shape())
+        return tuple(int(d) for d in self._header(name, "shape"))
 
     def dtype(self, name: str) -> str:
         """safetensors dtype string: F32, BF16, F16, F8_E4M3, ..."""
-        return self._open(self._where[name]).get_slice(name).get_dtype()
+        return str(self._header(name, "dtype"))
 
     def __contains__(self, name: str) -> bool:
         return name in self._where
@@ -101,7 +134,7 @@ class Checkpoint:
         try:
             t = self._open(f).get_tensor(name)
         except Exception as e:
-            raise ConversionError(f"{f}: cannot read tensor {name} ({e})") from e
+            raise ConversionError(f"{f}: cannot read tensor {name} ({_one_line(e)})") from e
         if self.dtype(name) in FP8_DTYPES:
             t = self._dequant_fp8(name, t)
         return t.to(torch.float32).numpy()
@@ -112,13 +145,18 @@ class Checkpoint:
         scale_name = name + "_scale_inv"
         if scale_name not in self._where:
             raise ConversionError(f"{self._where[name]}: FP8 tensor {name} has no {scale_name}")
-        scale = self._open(self._where[scale_name]).get_tensor(scale_name).to(torch.float32)
+        try:
+            scale = self._open(self._where[scale_name]).get_tensor(scale_name).to(torch.float32)
+        except Exception as e:
+            raise ConversionError(f"{self._where[scale_name]}: cannot read tensor {scale_name} "
+                                  f"({_one_line(e)})") from e
         br, bc = self.fp8_block
         rows, cols = q.shape
         if scale.shape != (-(-rows // br), -(-cols // bc)):
             raise ConversionError(f"{self._where[scale_name]}: {scale_name} has shape {tuple(scale.shape)}, "
                                   f"expected {(-(-rows // br), -(-cols // bc))} for {name} {tuple(q.shape)}")
-        full = scale.repeat_interleave(br, 0).repeat_interleave(bc, 1)[:rows, :cols]
+        # each element's block scale, by index (memory: one float per element, whatever the block size)
+        full = scale[torch.arange(rows) // br][:, torch.arange(cols) // bc]
         return q.to(torch.float32) * full
 
     def source_dtype(self) -> str:
@@ -128,3 +166,8 @@ class Checkpoint:
             if st in seen:
                 return name
         return "f32"
+
+
+def _one_line(e: Exception) -> str:
+    """An exception's message on one line (safetensors' and torch's can span several)."""
+    return " ".join(str(e).split()) or type(e).__name__

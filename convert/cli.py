@@ -11,7 +11,9 @@ from .hparams import ARCHES
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the converter; returns the process exit code (0 ok, 1 bad input)."""
+    """Run the converter; returns the process exit code: 0 ok, 1 bad input or an OS error (one line on stderr
+    naming the file, field, tensor or key), 2 a usage error (argparse). SIGTERM/SIGHUP/SIGINT end it as usual,
+    leaving no partial output."""
     p = argparse.ArgumentParser(prog="glm5next-convert",
                                 description="Convert a GLM-5.3-Flash Hugging Face checkpoint to GGUF.")
     p.add_argument("hf_dir", help="checkpoint directory (config.json, *.safetensors, tokenizer.json)")
@@ -35,6 +37,10 @@ def main(argv: list[str] | None = None) -> int:
                 progress=not a.no_progress, log=lambda m: print(m, file=sys.stderr))
     except ConversionError as e:
         print(f"glm5next-convert: error: {e}", file=sys.stderr)
+        return 1
+    except OSError as e:  # the converter names its files itself; this is the net for an unforeseen OS error
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"glm5next-convert: error: {where}{e.strerror or e}", file=sys.stderr)
         return 1
     return 0
 

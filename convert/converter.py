@@ -1,8 +1,7 @@
-"""HF checkpoint directory -> GGUF file, streamed one tensor (one expert) at a time, written atomically."""
+"""HF checkpoint directory -> GGUF file, streamed one tensor (one expert) at a time, written atomically
+(output.py), after every check that can fail has passed."""
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 from typing import Callable
 
@@ -10,11 +9,13 @@ import gguf
 import numpy as np
 from gguf import GGMLQuantizationType as QT
 
-from . import qtypes
+from . import loader_rules, qtypes
 from .checkpoint import Checkpoint, ConversionError
 from .hparams import ARCHES, read_hparams, write_metadata
+from .inputs import check_output
+from .output import write_atomically
 from .tensors import PlannedTensor, build_plan, count_nextn, materialize, text_prefix
-from .vocab import write_vocab
+from .vocab import read_vocab
 
 LAYOUTS = ("combined", "no-mtp", "mtp-only")
 
@@ -30,12 +31,13 @@ class _EncodedTensor:
     def tofile(self, fp) -> None:
         if self.t.kind == "stack":  # experts are contiguous in the stacked tensor: write them in turn
             for name, _ in self.t.sources:
-                data = qtypes.encode(self.ckpt.read(name), self.qtype)
-                data.tofile(fp)
-                self.on_bytes(data.nbytes)
+                self._put(fp, qtypes.encode(self.ckpt.read(name), self.qtype))
             return
-        data = qtypes.encode(materialize(self.ckpt, self.t), self.qtype)
-        data.tofile(fp)
+        self._put(fp, qtypes.encode(materialize(self.ckpt, self.t), self.qtype))
+
+    def _put(self, fp, data: np.ndarray) -> None:
+        # fp.write, not ndarray.tofile: a short write then raises OSError with its errno (ENOSPC, EDQUOT, ...)
+        fp.write(memoryview(np.ascontiguousarray(data)).cast("B"))
         self.on_bytes(data.nbytes)
 
 
@@ -52,8 +54,12 @@ def convert(hf_dir: str | Path, outfile: str | Path | None = None, outtype: str 
     type of the large 2-D weights. mtp_type: the same for the NextN layer (default: outtype).
     layout: "combined" (trunk + NextN), "no-mtp" (trunk only) or "mtp-only" (NextN layer + token_embd,
     output_norm, output). arch: "glm5next" or "glm5-next" (the spelling llama.cpp 0.3.36 loads).
-    Raises ConversionError (naming file, tensor or key) for bad input; the output file then does not exist,
-    and an existing file at that path is left untouched.
+
+    Everything is checked before the first tensor byte is written: the inputs are regular files and the output
+    is none of them; config.json's fields have their JSON types; every tensor exists with its shape; the
+    metadata passes the loader's own rules (loader_rules). Raises ConversionError (naming file, field, tensor
+    or key) for bad input or an OS error on the output; the output file then does not exist, no temporary file
+    is left (even after SIGKILL, on Linux), and an existing file at that path is left untouched.
     """
     if arch not in ARCHES:
         raise ConversionError(f"--arch {arch!r}: expected one of {', '.join(ARCHES)}")
@@ -62,6 +68,7 @@ def convert(hf_dir: str | Path, outfile: str | Path | None = None, outtype: str 
     hf_dir = Path(hf_dir)
     ckpt = Checkpoint(hf_dir)
     hp = read_hparams(ckpt.config)
+    vocab = read_vocab(ckpt.dir, hp)
     log(f"index_share_for_mtp_iteration = {str(hp.index_share).lower()} (from {hp.index_share_source})")
 
     n_found = count_nextn(ckpt, hp, text_prefix(ckpt))
@@ -78,37 +85,36 @@ def convert(hf_dir: str | Path, outfile: str | Path | None = None, outtype: str 
             raise ConversionError(f"{flag} {value!r}: expected one of {', '.join(qtypes.OUTTYPES)} or auto")
     base = qtypes.OUTTYPES[outtype]
     nextn_base = qtypes.OUTTYPES[mtp_type or outtype]
+    out = Path(outfile) if outfile else default_outfile(hf_dir, outtype)
+    check_output(out, ckpt.input_files() + vocab.files)
 
     plan = build_plan(ckpt, hp, n_nextn, trunk=layout != "mtp-only")
     types = [qtypes.choose_type(t.name, t.shape, nextn_base if t.nextn else base) for t in plan]
 
-    out = Path(outfile) if outfile else default_outfile(hf_dir, outtype)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
-    os.close(fd)
-    tmp = Path(tmp_name)
-    try:
-        _write(ckpt, hp, plan, types, tmp, arch, base, n_nextn, progress)
-        umask = os.umask(0)
-        os.umask(umask)
-        tmp.chmod(0o666 & ~umask)  # mkstemp made it private; the result gets the usual permissions
-        os.replace(tmp, out)
-    finally:
-        tmp.unlink(missing_ok=True)
+    def add_metadata(w: gguf.GGUFWriter) -> None:
+        write_metadata(w, arch, hp, n_nextn, name=_text(ckpt.dir.resolve().name))
+        w.add_file_type(qtypes.FILE_TYPES[base])
+        w.add_quantization_version(gguf.GGML_QUANT_VERSION)
+        vocab.write(w)
+
+    loader_rules.check(arch, add_metadata, log)
+    write_atomically(out, lambda path: _write(ckpt, add_metadata, plan, types, path, arch, progress))
     log(f"wrote {out} ({len(plan)} tensors, {out.stat().st_size / 2**20:.1f} MiB, arch {arch}, "
         f"nextn_predict_layers {n_nextn})")
     return out
 
 
-def _write(ckpt: Checkpoint, hp, plan: list[PlannedTensor], types: list[QT], path: Path, arch: str, base: QT,
-           n_nextn: int, progress: bool) -> None:
+def _text(name: str) -> str:
+    """`name` as valid UTF-8 (a directory name may hold undecodable bytes, escaped by Python)."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
+def _write(ckpt: Checkpoint, add_metadata: Callable[[gguf.GGUFWriter], None], plan: list[PlannedTensor],
+           types: list[QT], path: str, arch: str, progress: bool) -> None:
     from tqdm import tqdm
 
     w = gguf.GGUFWriter(path=None, arch=arch)
-    write_metadata(w, arch, hp, n_nextn, name=ckpt.dir.resolve().name)
-    w.add_file_type(qtypes.FILE_TYPES[base])
-    w.add_quantization_version(gguf.GGML_QUANT_VERSION)
-    write_vocab(w, ckpt.dir, hp)
+    add_metadata(w)
     for t, qt in zip(plan, types):
         # float types go as their numpy dtype; the others as bytes (gguf-py derives the element shape)
         if qt in (QT.F32, QT.F16):
@@ -119,7 +125,7 @@ def _write(ckpt: Checkpoint, hp, plan: list[PlannedTensor], types: list[QT], pat
     total = sum(qtypes.nbytes(t.shape, qt) for t, qt in zip(plan, types))
     with tqdm(total=total, unit="B", unit_scale=True, desc="converting", disable=not progress) as bar:
         try:
-            w.write_header_to_file(path)
+            w.write_header_to_file(Path(path))
             w.write_kv_data_to_file()
             w.write_ti_data_to_file()
             for t, qt in zip(plan, types):

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .checkpoint import ConversionError
+from .errors import ConversionError
+from .fields import Fields, json_type, show
 
 MODEL_TYPES = ("glm5_next", "glm5_next_text")
 ARCHES = ("glm5next", "glm5-next")
@@ -62,89 +63,104 @@ class HParams:
     tie_word_embeddings: bool
 
 
-def _text_and_top(config: dict) -> tuple[dict, dict]:
-    top_type = config.get("model_type")
-    text = config.get("text_config")
-    if top_type not in MODEL_TYPES:
-        raise ConversionError(f"config.json: model_type {top_type!r} is not a GLM-5.3-Flash checkpoint "
+MAX_LAYERS = 2**16  # the converter builds per-layer lists: a corrupt num_hidden_layers must not exhaust memory
+
+
+def config_fields(config: dict) -> Fields:
+    """config.json as Fields: the text model's fields from `text_config` first, then the top level.
+
+    Raises ConversionError for an unknown model_type or a text_config that is not an object."""
+    top = Fields("config.json", [config])
+    model_type = top.string("model_type", nullable=True)
+    if model_type not in MODEL_TYPES:
+        raise ConversionError(f"config.json: model_type {model_type!r} is not a GLM-5.3-Flash checkpoint "
                               f"(expected one of {', '.join(MODEL_TYPES)})")
-    if isinstance(text, dict):
-        return text, config
-    return config, config
+    text = config.get("text_config")
+    if text is None:
+        return top
+    if not isinstance(text, dict):
+        raise top.fail("text_config", f"expected an object, got {show(text)} ({json_type(text)})")
+    return Fields("config.json", [text, config], ["text_config.", ""])
 
 
 def read_hparams(config: dict) -> HParams:
-    """Parse config.json (dict) into HParams. Raises ConversionError for an unknown model_type or
-    inconsistent schedules (lengths, non-prefix dense layers, kpool not dividing index_topk)."""
-    text, top = _text_and_top(config)
+    """Parse config.json (dict) into HParams.
 
-    def get(key, default=None):
-        return text.get(key, top.get(key, default))
-
-    n = int(get("num_hidden_layers", 45))
-    layer_types = get("layer_types") or ["linear_attention" if i % 4 != 3 else "indexed_attention" for i in range(n)]
+    Every field is read by type (fields.Fields): a JSON integer where an integer is meant, true/false where a
+    boolean is, a finite float32 where a float is. Absent fields take transformers' defaults.
+    Raises ConversionError naming the field for a wrong type or range, an unknown model_type, or
+    inconsistent schedules (lengths, non-prefix dense layers). The loader's own rules (e.g. index_kpool
+    dividing index_topk) are applied by loader_rules.check, on the metadata written from these values.
+    """
+    f = config_fields(config)
+    n = f.integer("num_hidden_layers", 45, hi=MAX_LAYERS)
+    default_types = ["linear_attention" if i % 4 != 3 else "indexed_attention" for i in range(n)]
+    layer_types = f.str_array("layer_types", ["linear_attention", *DSA_LAYER_TYPES], default_types)
     if len(layer_types) != n:
-        raise ConversionError(f"config.json: layer_types has {len(layer_types)} entries, num_hidden_layers is {n}")
-    unknown = sorted(set(layer_types) - {"linear_attention", *DSA_LAYER_TYPES})
-    if unknown:
-        raise ConversionError(f"config.json: unknown layer_types {unknown}")
+        raise f.fail(f.find("layer_types")[1], f"has {len(layer_types)} entries, num_hidden_layers is {n}")
     is_dsa = [t != "linear_attention" for t in layer_types]
 
-    indexer_types = get("indexer_types") or ["full"] * n
-    if len(indexer_types) != n or set(indexer_types) - {"full", "shared"}:
-        raise ConversionError(f"config.json: indexer_types must be {n} entries of 'full'/'shared', got {indexer_types}")
+    indexer_types = f.str_array("indexer_types", ["full", "shared"], ["full"] * n)
+    if len(indexer_types) != n:
+        raise f.fail(f.find("indexer_types")[1], f"has {len(indexer_types)} entries, num_hidden_layers is {n}")
 
-    mlp_types = get("mlp_layer_types")
+    mlp_types = f.str_array("mlp_layer_types", ["dense", "sparse"])
     if mlp_types is None:
-        k = int(get("first_k_dense_replace", min(3, n)))
+        k = f.integer("first_k_dense_replace", min(3, n), hi=n)
         mlp_types = ["dense"] * k + ["sparse"] * (n - k)
+    elif len(mlp_types) != n:
+        raise f.fail(f.find("mlp_layer_types")[1], f"has {len(mlp_types)} entries, num_hidden_layers is {n}")
     n_dense = mlp_types.index("sparse") if "sparse" in mlp_types else n
     if mlp_types != ["dense"] * n_dense + ["sparse"] * (n - n_dense):
         raise ConversionError(f"config.json: dense FFN layers must lead the stack, got mlp_layer_types {mlp_types}")
 
-    lin = get("linear_attn_config") or {}
-    lower = lin.get("gate_lower_bound", get("linear_lower_bound", -5.0))
-    if lower is None and lin.get("safe_gate", True) and "linear_attn_config" in text:
+    lin = f.object("linear_attn_config")
+
+    def lin_field(key: str, flat_key: str) -> tuple[Fields, str] | None:
+        """Where linear_attn_config.`key` is, else the flat (older) field `flat_key`; None when neither is."""
+        return (lin, key) if lin.has(key) else (f, flat_key) if f.has(flat_key) else None
+
+    at = lin_field("gate_lower_bound", "linear_lower_bound")
+    lower = -5.0 if at is None else at[0].number(at[1], nullable=True)
+    if lower is None and lin.boolean("safe_gate", True) and f.has("linear_attn_config"):
         lower = -5.0  # transformers' rule for safe_gate without an explicit bound
 
-    if INDEX_SHARE_KEY in text:
-        share, source = bool(text[INDEX_SHARE_KEY]), "text_config" if text is not top else "top level"
-    elif INDEX_SHARE_KEY in top:
-        share, source = bool(top[INDEX_SHARE_KEY]), "top level"
-    else:
-        share, source = False, "absent (false)"
+    def lin_int(key: str, flat_key: str, default: int) -> int:
+        at = lin_field(key, flat_key)
+        return default if at is None else at[0].integer(at[1])
 
-    eos = get("eos_token_id")
+    share_at = f.find(INDEX_SHARE_KEY)
+    share = f.boolean(INDEX_SHARE_KEY, False)
+    source = "absent (false)" if share_at is None else (
+        "text_config" if share_at[1].startswith("text_config.") else "top level")
+
     hp = HParams(
-        vocab_size=int(get("vocab_size", 154880)), hidden_size=int(get("hidden_size", 4096)),
-        intermediate_size=int(get("intermediate_size", 12288)), n_trunk=n,
-        n_head=int(get("num_attention_heads", 64)), rms_norm_eps=float(get("rms_norm_eps", 1e-5)),
-        max_position_embeddings=int(get("max_position_embeddings", 1048576)),
+        vocab_size=f.integer("vocab_size", 154880), hidden_size=f.integer("hidden_size", 4096),
+        intermediate_size=f.integer("intermediate_size", 12288), n_trunk=n,
+        n_head=f.integer("num_attention_heads", 64), rms_norm_eps=f.number("rms_norm_eps", 1e-5),
+        max_position_embeddings=f.integer("max_position_embeddings", 1048576),
         is_dsa=is_dsa, indexer_full=[t == "full" for t in indexer_types], n_dense_lead=n_dense,
-        q_lora_rank=int(get("q_lora_rank", 1536)), kv_lora_rank=int(get("kv_lora_rank", 512)),
-        qk_nope_head_dim=int(get("qk_nope_head_dim", 256)), qk_rope_head_dim=int(get("qk_rope_head_dim", 0)),
-        v_head_dim=int(get("v_head_dim", 256)),
-        index_n_heads=int(get("index_n_heads", 32)), index_head_dim=int(get("index_head_dim", 128)),
-        index_topk=int(get("index_topk", 2048)), index_kpool=int(get("index_kpool", 16)),
-        index_kpool_select_tail=bool(get("index_kpool_always_select_tail", True)),
-        kda_head_dim=int(lin.get("head_dim", get("linear_head_dim", 128))),
-        kda_n_head=int(lin.get("num_heads", get("linear_num_heads", 64))),
-        kda_conv_kernel=int(lin.get("short_conv_kernel_size", get("linear_conv_kernel_dim", 4))),
-        kda_gate_lower_bound=None if lower is None else float(lower),
-        n_expert=int(get("n_routed_experts", 288)), n_expert_used=int(get("num_experts_per_tok", 8)),
-        n_expert_shared=int(get("n_shared_experts", 1)), n_group=int(get("n_group", 1)),
-        topk_group=int(get("topk_group", 1)), moe_intermediate_size=int(get("moe_intermediate_size", 2048)),
-        routed_scaling_factor=float(get("routed_scaling_factor", 2.5)),
-        norm_topk_prob=bool(get("norm_topk_prob", True)), swiglu_limit=float(get("swiglu_limit", 10.0)),
-        hc_mult=int(get("hc_mult", 4)), hc_sinkhorn_iters=int(get("hc_sinkhorn_iters", 20)),
-        hc_eps=float(get("hc_eps", 1e-6)), nextn_claimed=int(get("num_nextn_predict_layers", 0) or 0),
+        q_lora_rank=f.integer("q_lora_rank", 1536), kv_lora_rank=f.integer("kv_lora_rank", 512),
+        qk_nope_head_dim=f.integer("qk_nope_head_dim", 256), qk_rope_head_dim=f.integer("qk_rope_head_dim", 0),
+        v_head_dim=f.integer("v_head_dim", 256),
+        index_n_heads=f.integer("index_n_heads", 32), index_head_dim=f.integer("index_head_dim", 128),
+        index_topk=f.integer("index_topk", 2048), index_kpool=f.integer("index_kpool", 16),
+        index_kpool_select_tail=f.boolean("index_kpool_always_select_tail", True),
+        kda_head_dim=lin_int("head_dim", "linear_head_dim", 128),
+        kda_n_head=lin_int("num_heads", "linear_num_heads", 64),
+        kda_conv_kernel=lin_int("short_conv_kernel_size", "linear_conv_kernel_dim", 4),
+        kda_gate_lower_bound=lower,
+        n_expert=f.integer("n_routed_experts", 288), n_expert_used=f.integer("num_experts_per_tok", 8),
+        n_expert_shared=f.integer("n_shared_experts", 1), n_group=f.integer("n_group", 1),
+        topk_group=f.integer("topk_group", 1), moe_intermediate_size=f.integer("moe_intermediate_size", 2048),
+        routed_scaling_factor=f.number("routed_scaling_factor", 2.5),
+        norm_topk_prob=f.boolean("norm_topk_prob", True), swiglu_limit=f.number("swiglu_limit", 10.0),
+        hc_mult=f.integer("hc_mult", 4), hc_sinkhorn_iters=f.integer("hc_sinkhorn_iters", 20),
+        hc_eps=f.number("hc_eps", 1e-6), nextn_claimed=f.integer("num_nextn_predict_layers", 0, nullable=True),
         index_share=share, index_share_source=source,
-        eos_token_ids=[] if eos is None else ([eos] if isinstance(eos, int) else list(eos)),
-        pad_token_id=get("pad_token_id"), tie_word_embeddings=bool(get("tie_word_embeddings", False)),
+        eos_token_ids=f.int_or_ints("eos_token_id"), pad_token_id=f.integer("pad_token_id", nullable=True),
+        tie_word_embeddings=f.boolean("tie_word_embeddings", False),
     )
-    if hp.index_kpool <= 1 or hp.index_topk % hp.index_kpool:
-        raise ConversionError(f"config.json: index_kpool {hp.index_kpool} must be > 1 and divide "
-                              f"index_topk {hp.index_topk}")
     if hp.qk_rope_head_dim != 0:
         raise ConversionError(f"config.json: qk_rope_head_dim is {hp.qk_rope_head_dim}; GLM-5.3-Flash is NoPE (0)")
     if hp.kda_n_head != hp.n_head:
@@ -210,3 +226,51 @@ def write_metadata(w, arch: str, hp: HParams, n_nextn: int, name: str) -> None:
     u32("hyper_connection.count", hp.hc_mult)
     u32("hyper_connection.sinkhorn_iterations", hp.hc_sinkhorn_iters)
     f32("hyper_connection.epsilon", hp.hc_eps)
+
+
+# The config.json field(s) each `{arch}.` key of write_metadata is written from, to name the culprit when the
+# loader's rules refuse a value (loader_rules.check). tests/test_convert_loader_rules.py checks it is complete.
+CONFIG_FIELD_OF_KEY = {
+    "block_count": "num_hidden_layers (+ the NextN layer found)",
+    "context_length": "max_position_embeddings",
+    "embedding_length": "hidden_size",
+    "feed_forward_length": "intermediate_size",
+    "vocab_size": "vocab_size",
+    "attention.head_count": "num_attention_heads",
+    "attention.head_count_kv": "layer_types",
+    "attention.layer_norm_rms_epsilon": "rms_norm_eps",
+    "attention.layer_norm_epsilon": "(fixed by the converter: 1e-6)",
+    "attention.q_lora_rank": "q_lora_rank",
+    "attention.kv_lora_rank": "kv_lora_rank",
+    "attention.key_length": "kv_lora_rank + qk_rope_head_dim",
+    "attention.value_length": "kv_lora_rank",
+    "attention.key_length_mla": "qk_nope_head_dim + qk_rope_head_dim",
+    "attention.value_length_mla": "v_head_dim",
+    "rope.dimension_count": "qk_rope_head_dim",
+    "attention.indexer.head_count": "index_n_heads",
+    "attention.indexer.key_length": "index_head_dim",
+    "attention.indexer.top_k": "index_topk",
+    "attention.indexer.kpool": "index_kpool (with index_topk)",
+    "attention.indexer.kpool_select_tail": "index_kpool_always_select_tail",
+    "attention.indexer.types": "indexer_types",
+    INDEX_SHARE_KEY: INDEX_SHARE_KEY,
+    "nextn_predict_layers": "num_nextn_predict_layers (the NextN layer found)",
+    "leading_dense_block_count": "mlp_layer_types / first_k_dense_replace",
+    "expert_count": "n_routed_experts",
+    "expert_used_count": "num_experts_per_tok (with n_routed_experts)",
+    "expert_shared_count": "n_shared_experts",
+    "expert_group_count": "n_group (with topk_group)",
+    "expert_group_used_count": "topk_group",
+    "expert_feed_forward_length": "moe_intermediate_size",
+    "expert_weights_scale": "routed_scaling_factor",
+    "expert_weights_norm": "norm_topk_prob",
+    "expert_gating_func": "(fixed by the converter: sigmoid)",
+    "swiglu_clamp_exp": "swiglu_limit",
+    "swiglu_clamp_shexp": "swiglu_limit",
+    "ssm.conv_kernel": "linear_attn_config.short_conv_kernel_size",
+    "kda.head_dim": "linear_attn_config.head_dim",
+    "kda.gate_lower_bound": "linear_attn_config.gate_lower_bound",
+    "hyper_connection.count": "hc_mult",
+    "hyper_connection.sinkhorn_iterations": "hc_sinkhorn_iters",
+    "hyper_connection.epsilon": "hc_eps",
+}

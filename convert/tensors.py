@@ -1,7 +1,8 @@
 """The tensor plan: which HF tensors become which GGUF tensor, with which transform (gguf.md, Tensors).
 
 A plan is built from the hyper-parameters and the checkpoint's safetensors headers only; it checks that
-every tensor exists with the shape the config implies before any data is read or any file is written.
+every tensor exists with the shape the config implies (and has a float dtype) before any data is read or any
+file is written.
 Shapes here are numpy order (ggml order reversed).
 """
 from __future__ import annotations
@@ -10,7 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .checkpoint import Checkpoint, ConversionError
+from .checkpoint import FLOAT_DTYPES, Checkpoint, ConversionError
 from .hparams import HParams
 
 # transforms (gguf.md): name -> function of the source arrays
@@ -34,13 +35,19 @@ class PlannedTensor:
 
 
 class _LayerPlanner:
-    def __init__(self, hp: HParams, prefix: str, bid: int, nextn: bool):
-        self.hp, self.hf, self.gg, self.nextn = hp, f"{prefix}layers.{bid}.", f"blk.{bid}.", nextn
+    def __init__(self, ckpt: Checkpoint, hp: HParams, prefix: str, bid: int, nextn: bool):
+        self.ckpt, self.hp, self.hf, self.gg, self.nextn = ckpt, hp, f"{prefix}layers.{bid}.", f"blk.{bid}.", nextn
         self.out: list[PlannedTensor] = []
+
+    def put(self, t: PlannedTensor) -> None:
+        """Check `t`'s sources at once (a corrupt config fails on its first tensor, before it sizes anything
+        else, e.g. a list of 4e9 experts) and plan it."""
+        _check_sources(self.ckpt, [t])
+        self.out.append(t)
 
     def add(self, gguf: str, hf: str, shape: tuple[int, ...], kind: str = "copy", out_shape=None):
         out_shape = out_shape or {"conv": lambda s: (1, s[0], 1, s[-1])}.get(kind, lambda s: s)(shape)
-        self.out.append(PlannedTensor(self.gg + gguf, out_shape, [(self.hf + hf, shape)], kind, self.nextn))
+        self.put(PlannedTensor(self.gg + gguf, out_shape, [(self.hf + hf, shape)], kind, self.nextn))
 
     def norms(self):
         h = self.hp.hidden_size
@@ -111,7 +118,7 @@ class _LayerPlanner:
         self.add("exp_probs_b.bias", "mlp.gate.e_score_correction_bias", (e,))
         for proj, shape in (("gate", (f, h)), ("up", (f, h)), ("down", (h, f))):
             srcs = [(f"{self.hf}mlp.experts.{x}.{proj}_proj.weight", shape) for x in range(e)]
-            self.out.append(PlannedTensor(f"{self.gg}ffn_{proj}_exps.weight", (e, *shape), srcs, "stack", self.nextn))
+            self.put(PlannedTensor(f"{self.gg}ffn_{proj}_exps.weight", (e, *shape), srcs, "stack", self.nextn))
         self.add("ffn_gate_shexp.weight", "mlp.shared_experts.gate_proj.weight", (fs, h))
         self.add("ffn_up_shexp.weight", "mlp.shared_experts.up_proj.weight", (fs, h))
         self.add("ffn_down_shexp.weight", "mlp.shared_experts.down_proj.weight", (h, fs))
@@ -147,12 +154,14 @@ def count_nextn(ckpt: Checkpoint, hp: HParams, prefix: str) -> int:
 
 def build_plan(ckpt: Checkpoint, hp: HParams, n_nextn: int, trunk: bool = True) -> list[PlannedTensor]:
     """Every GGUF tensor in file order. `trunk=False` keeps only what a draft-only file needs (NextN layer,
-    token_embd, output_norm, output). Raises ConversionError for a missing or mis-shaped tensor."""
+    token_embd, output_norm, output). Raises ConversionError for a missing or mis-shaped tensor, or one that
+    is not a float type; each tensor is checked as it is planned."""
     prefix = text_prefix(ckpt)
     h, v = hp.hidden_size, hp.vocab_size
     plan = [PlannedTensor("token_embd.weight", (v, h), [(prefix + "embed_tokens.weight", (v, h))])]
+    _check_sources(ckpt, plan)
     for bid in range(hp.n_trunk if trunk else 0):
-        lp = _LayerPlanner(hp, prefix, bid, nextn=False)
+        lp = _LayerPlanner(ckpt, hp, prefix, bid, nextn=False)
         lp.norms()
         lp.mhc()
         if hp.is_dsa[bid]:
@@ -162,17 +171,17 @@ def build_plan(ckpt: Checkpoint, hp: HParams, n_nextn: int, trunk: bool = True) 
         lp.dense_ffn() if bid < hp.n_dense_lead else lp.moe()
         plan += lp.out
     for bid in range(hp.n_trunk, hp.n_trunk + n_nextn):
-        lp = _LayerPlanner(hp, prefix, bid, nextn=True)
+        lp = _LayerPlanner(ckpt, hp, prefix, bid, nextn=True)
         lp.norms()
         lp.dsa(with_indexer=True)  # the draft layer's own indexer is always "full"
         lp.moe()
         lp.nextn_head(ckpt)
         plan += lp.out
-    plan.append(PlannedTensor("output_norm.weight", (h,), [(prefix + "norm.weight", (h,))]))
     head = "lm_head.weight" if "lm_head.weight" in ckpt or not hp.tie_word_embeddings else prefix + "embed_tokens.weight"
-    plan.append(PlannedTensor("output.weight", (v, h), [(head, (v, h))]))
-    _check_sources(ckpt, plan)
-    return plan
+    tail = [PlannedTensor("output_norm.weight", (h,), [(prefix + "norm.weight", (h,))]),
+            PlannedTensor("output.weight", (v, h), [(head, (v, h))])]
+    _check_sources(ckpt, tail)
+    return plan + tail
 
 
 def _check_sources(ckpt: Checkpoint, plan: list[PlannedTensor]) -> None:
@@ -184,6 +193,10 @@ def _check_sources(ckpt: Checkpoint, plan: list[PlannedTensor]) -> None:
             if found != shape:
                 raise ConversionError(f"{ckpt.file_of(name)}: tensor {name} has shape {list(found)}, "
                                       f"expected {list(shape)} from config.json")
+            dtype = ckpt.dtype(name)
+            if dtype not in FLOAT_DTYPES:
+                raise ConversionError(f"{ckpt.file_of(name)}: tensor {name} has dtype {dtype}, expected one of "
+                                      f"{', '.join(FLOAT_DTYPES)}")
 
 
 def materialize(ckpt: Checkpoint, t: PlannedTensor) -> np.ndarray:
