@@ -3,7 +3,6 @@ existing output is left untouched)."""
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 
@@ -11,21 +10,14 @@ import pytest
 from safetensors.torch import load_file, save_file
 
 from glm5next_convert import ConversionError, convert
+from convert_checks import OLD_OUTPUT, fresh_copy
 from test_convert_roundtrip import meta
-
-OLD_OUTPUT = b"an earlier conversion"
 
 
 @pytest.fixture
 def broken(checkpoints, tmp_path):
     """A fresh copy of the tiny checkpoint to damage, and an output path that already holds a file."""
-    src = checkpoints.make("bad-base", dtype="f32")
-    ckpt = tmp_path / "ckpt"
-    shutil.copytree(src, ckpt)
-    out = tmp_path / "out" / "model.gguf"
-    out.parent.mkdir()
-    out.write_bytes(OLD_OUTPUT)
-    return ckpt, out
+    return fresh_copy(checkpoints.make("bad-base", dtype="f32"), tmp_path)
 
 
 def run_cli(ckpt, out) -> subprocess.CompletedProcess:
