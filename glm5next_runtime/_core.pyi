@@ -297,9 +297,9 @@ class Generator:
         """
         Evaluate `prompt` (list of ids) and return the first sampled token. cache_prompt=False resets the sequence first; True keeps the longest prefix of the prompt the sequence can resume from (its current rows or a context checkpoint) and evaluates only the rest (stats n_cached_tokens). Raises ValueError for an empty prompt, an id outside the vocabulary or a prompt longer than the context.
         """
-    def step(self) -> list[int]:
+    def step(self, max_tokens: typing.SupportsInt | typing.SupportsIndex = 9223372036854775807) -> list[int]:
         """
-        One round: returns the tokens it emits (accepted drafts, then the target's token). Raises ValueError before start() or when the context is full.
+        One round: returns the tokens it emits (accepted drafts, then the target's token), at most max_tokens (the tokens the caller may still use: drafts are capped so that every one can serve the reply, and the statistics count only those). Raises ValueError before start() or when the context is full.
         """
     @property
     def room(self) -> int:

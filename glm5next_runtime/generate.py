@@ -147,7 +147,7 @@ def decode(generator: _core.Generator, tokenizer: Tokenizer, n_ctx: int, prompt:
         else:
             if generator.room > 0:
                 busy = time.perf_counter()
-                emitted = generator.step()
+                emitted = generator.step(max_tokens - len(tokens))
                 decode_s += time.perf_counter() - busy
                 continue
         break

@@ -49,7 +49,7 @@ def scripted(model: Model, monkeypatch, script: list[int]) -> None:
         def start(self, prompt, cache_prompt=False):
             return next(ids)
 
-        def step(self):
+        def step(self, max_tokens=None):
             return [next(ids)]
 
     monkeypatch.setattr(_core, "Generator", ScriptedGenerator)

@@ -127,3 +127,14 @@ def test_p_min_stops_drafting(model):
     none, stopped = run(model, PROMPT, 40, n_max=3, p_min=1.0, temperature=0.0)
     assert none == free
     assert stats["n_drafted"] > 0 and stopped["n_drafted"] == 0
+
+
+@pytest.mark.parametrize("max_tokens", [2, 3, 5])
+def test_drafts_are_capped_by_the_tokens_the_request_may_still_produce(model, max_tokens):
+    """A round emits its accepted drafts and one token of the target's: it drafts no more than the reply can still
+    take, so every draft counted served the reply (issue 13: max_tokens 2 with n_max 3 used to draft 3)."""
+    r = model.generate(PROMPT, max_tokens=max_tokens, temperature=0, spec_n_max=3, cache_prompt=False)
+    m = r.metrics
+    assert len(r.tokens) == max_tokens
+    assert m["n_accepted"] + m["n_drafts"] <= max_tokens - 1  # the tokens of the rounds that drafted
+    assert m["n_drafted"] <= max_tokens - 2 if max_tokens > 2 else m["n_drafted"] == 0

@@ -57,9 +57,10 @@ output keeps the target distribution (speculative sampling).)doc")
              "sequence first; True keeps the longest prefix of the prompt the sequence can resume from (its "
              "current rows or a context checkpoint) and evaluates only the rest (stats n_cached_tokens). Raises "
              "ValueError for an empty prompt, an id outside the vocabulary or a prompt longer than the context.")
-        .def("step", &Generator::step, py::call_guard<py::gil_scoped_release>(),
-             "One round: returns the tokens it emits (accepted drafts, then the target's token). Raises ValueError "
-             "before start() or when the context is full.")
+        .def("step", &Generator::step, py::arg("max_tokens") = INT64_MAX, py::call_guard<py::gil_scoped_release>(),
+             "One round: returns the tokens it emits (accepted drafts, then the target's token), at most max_tokens "
+             "(the tokens the caller may still use: drafts are capped so that every one can serve the reply, and "
+             "the statistics count only those). Raises ValueError before start() or when the context is full.")
         .def_property_readonly("room", &Generator::room, "Tokens the context can still take.")
         .def_property_readonly("stats", [](const Generator & g) { return stats_dict(g.stats()); },
                                "Counters since start(): prompt tokens (and of those resumed from the cache), timings (ms), speculation (n_drafts = rounds "

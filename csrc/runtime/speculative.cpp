@@ -46,10 +46,13 @@ void Generator::draft(int64_t n_max) {
         if (spec_.p_min > 0.0f && top_probability(out->logits) < spec_.p_min) {
             break;
         }
+        if (sampler_.greedy()) {  // the argmax itself: no [n_vocab] one-hot distribution (accept compares tokens)
+            d.tokens.push_back(sampler_.sample(out->logits.data(), n_vocab));
+            continue;
+        }
         std::vector<float> & q = d.q[k];
         sampler_.distribution(out->logits.data(), n_vocab, q);
-        d.tokens.push_back(sampler_.greedy() ? (int32_t) (std::max_element(q.begin(), q.end()) - q.begin())
-                                             : sampler_.sample_from(q));
+        d.tokens.push_back(sampler_.sample_from(q));
     }
 }
 
@@ -109,7 +112,7 @@ int64_t Generator::room() const {
     return started_ ? (int64_t) engine_.cache().n_ctx() - (int64_t) engine_.n_past() : 0;
 }
 
-std::vector<int32_t> Generator::step() {
+std::vector<int32_t> Generator::step(int64_t max_tokens) {
     using clock = std::chrono::steady_clock;
     if (room() <= 0) {
         throw std::invalid_argument(started_ ? "the context is full" : "step() before start()");
@@ -120,7 +123,8 @@ std::vector<int32_t> Generator::step() {
         pending_h_.insert(pending_h_.end(), h_last_.begin(), h_last_.end());
         pending_x_.push_back(next_);
         const auto t0 = clock::now();
-        draft(std::min<int64_t>(spec_.n_max, room() - 1));
+        // no draft past the context or past what the request may still produce (the round emits drafts + 1)
+        draft(std::min<int64_t>({spec_.n_max, room() - 1, std::max<int64_t>(0, max_tokens - 1)}));
         stats_.draft_ms += ms_since(t0);
         if ((int64_t) draft_.tokens.size() < spec_.n_min) draft_.tokens.clear();
     }
@@ -149,6 +153,12 @@ std::vector<int32_t> Generator::accept(const EvalOutput & verified) {
         return emitted;
     }
     for (int64_t i = 0; i < n_d; ++i) {
+        if (sampler_.greedy()) {  // exact match with the target's argmax (speculative sampling with one-hot p, q)
+            const int32_t target = sampler_.sample(logits + i * n_vocab, n_vocab);
+            emitted.push_back(target);
+            if (target != draft_.tokens[i]) return emitted;
+            continue;
+        }
         sampler_.distribution(logits + i * n_vocab, n_vocab, p_);
         if (!sampler_.accept_draft(p_, draft_.q[i], draft_.tokens[i])) {
             emitted.push_back(sampler_.sample_residual(p_, draft_.q[i]));

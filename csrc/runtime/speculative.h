@@ -53,10 +53,11 @@ public:
     // longer than n_ctx.
     int32_t start(const std::vector<int32_t> & prompt, bool cache_prompt = false);
 
-    // One round: evaluates the last token (with up to n_max drafts when speculating) and returns the tokens it
-    // emits: the accepted drafts, then the target's own token. Throws std::invalid_argument without start() or
-    // when the context is full (room() == 0).
-    std::vector<int32_t> step();
+    // One round: evaluates the last token (with up to n_max drafts when speculating, fewer when the context or
+    // `max_tokens`, the tokens the caller may still use, leaves less room) and returns the tokens it emits: the
+    // accepted drafts, then the target's own token (at most max_tokens of them). Throws std::invalid_argument
+    // without start() or when the context is full (room() == 0).
+    std::vector<int32_t> step(int64_t max_tokens = INT64_MAX);
 
     // Tokens the context can still take (the last emitted one needs a row before anything follows it).
     int64_t room() const;
