@@ -3,6 +3,7 @@ content when the rendered prompt leaves a think block open."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -14,11 +15,18 @@ THINK_CLOSE = "</think>"
 
 
 class ChatTemplateError(ValueError):
-    """The template cannot render these messages (it raised, or uses something undefined)."""
+    """The template cannot render these messages (it raised, uses something undefined or forbidden, or failed in
+    any other way: a division by zero, a range too large, an include). The message names the template's error and
+    never shows a memory address."""
 
 
 def _raise_exception(message: str) -> None:
     raise ChatTemplateError(message)
+
+
+@jinja2.pass_context
+def _as_is(_context: Any, value: Any) -> Any:
+    return value
 
 
 class ChatTemplate:
@@ -28,9 +36,13 @@ class ChatTemplate:
 
     def __init__(self, source: str, bos_token: str = "", eos_token: str = ""):
         """source: the jinja2 text. Raises ChatTemplateError when it does not parse."""
-        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                            extensions=["jinja2.ext.loopcontrols"])
+        # Nothing is evaluated while compiling: jinja2 folds constant expressions at compile time unless asked not
+        # to (optimized=False) and unless output needs the render context (the finalize), and a template's
+        # "constant" may be {{ [1]*100000000 }}. Compiling is then cheap; rendering is what needs bounds.
+        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, optimized=False,
+                                            finalize=_as_is, extensions=["jinja2.ext.loopcontrols"])
         env.globals["raise_exception"] = _raise_exception
+        del env.globals["lipsum"]  # text of any length on request; no chat template needs it
         env.filters["tojson"] = lambda value, indent=None: json.dumps(value, ensure_ascii=False, indent=indent)
         try:
             self._template = env.from_string(source)
@@ -45,8 +57,20 @@ class ChatTemplate:
         context = {**self._specials, **(variables or {}), "messages": list(messages), "add_generation_prompt": True}
         try:
             return self._template.render(context)
+        except ChatTemplateError:
+            raise
+        except MemoryError:
+            raise  # the caller's to handle: the process may be short of memory
         except jinja2.TemplateError as e:
-            raise ChatTemplateError(f"the chat template failed on these messages: {e}") from None
+            raise ChatTemplateError(f"the chat template failed on these messages: {_public(e)}") from None
+        except Exception as e:  # template code is untrusted: any error of it is the template's
+            raise ChatTemplateError(f"the chat template failed on these messages: {type(e).__name__}: "
+                                    f"{_public(e)}") from None
+
+
+def _public(error: Exception) -> str:
+    """The error's message without memory addresses (a repr such as <built-in method ... at 0x7f...>)."""
+    return re.sub(r" at 0x[0-9a-fA-F]+", "", str(error))
 
 
 def opens_think_block(prompt: str) -> bool:

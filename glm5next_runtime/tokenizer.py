@@ -6,12 +6,15 @@ match the checkpoint's own tokenizer.json.
 """
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Mapping, Sequence
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 import tokenizers
 from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers
+
+from . import text_pieces
 
 # GLM-4's split expression, the one llama.cpp's "glm4" pre-tokenizer uses.
 GLM4_SPLIT_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
@@ -112,17 +115,91 @@ class Tokenizer:
         """[n_vocab] llama.cpp token types: NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE (1..6)."""
         return self._types
 
-    def encode(self, text: str, add_special: bool = False, parse_special: bool = True) -> list[int]:
+    def encode(self, text: str, add_special: bool = False, parse_special: bool = True,
+               max_tokens: int | None = None) -> list[int]:
         """Token ids of `text`.
 
         add_special: add BOS / EOS when the file asks for them (GLM files do not: the chat template writes
             [gMASK]<sop> itself).
         parse_special: control tokens written in the text (e.g. "<|user|>") become their ids; when False they are
             tokenized as plain text. User-defined added tokens (e.g. "<think>") are always matched, as in llama.cpp.
+        max_tokens: stop once the text is known to have more tokens than this and return the ids so far (more than
+            max_tokens of them, the start of the full answer); a long text is tokenized piece by piece at cuts that
+            leave its tokens unchanged (text_pieces.py), so little is tokenized past the limit. None: all of it.
+        The Rust tokenizer runs without the GIL, so other Python threads (the server's event loop) keep running.
         """
-        with self._lock:
-            self._tok.encode_special_tokens = not parse_special
-            ids = self._tok.encode(text, add_special_tokens=False).ids
+        return self._add_special(self._encode_text(text, parse_special, max_tokens), add_special)
+
+    def split_control(self, text: str) -> list[str | int]:
+        """`text` cut at the control tokens it spells, as encode(parse_special=True) finds them (added tokens
+        matched leftmost-longest): the text between them (non-empty str) and the control tokens' ids (int)."""
+        parts: list[str | int] = []
+        start = 0
+        for match in self._added_pattern.finditer(text) if self._added_pattern is not None else ():
+            token = self._control_ids.get(match[0])
+            if token is None:  # a user-defined token: encode matches it in the text part
+                continue
+            if match.start() > start:
+                parts.append(text[start:match.start()])
+            parts.append(token)
+            start = match.end()
+        if start < len(text):
+            parts.append(text[start:])
+        return parts
+
+    def encode_parts(self, parts: Sequence[str | int], add_special: bool = False,
+                     max_tokens: int | None = None) -> list[int]:
+        """Token ids of `parts` in order: each str tokenized without parsing control tokens (parse_special=False),
+        each int taken as a token id (not checked). add_special and max_tokens as in encode."""
+        ids: list[int] = []
+        for part in parts:
+            if max_tokens is not None and len(ids) > max_tokens:
+                break
+            if isinstance(part, str):
+                ids += self._encode_text(part, False, None if max_tokens is None else max_tokens - len(ids))
+            else:
+                ids.append(int(part))
+        return self._add_special(ids, add_special)
+
+    @cached_property
+    def max_token_bytes(self) -> int:
+        """The most bytes one token stands for (its token_to_piece). A text of B UTF-8 bytes is at least
+        ceil(B / max_token_bytes) tokens, however it is tokenized: the pieces of its tokens spell its bytes."""
+        return max((len(self.token_to_piece(i)) for i in range(len(self._tokens))), default=1) or 1
+
+    @cached_property
+    def added_tokens(self) -> tuple[str, ...]:
+        """The texts of the added tokens (control and user-defined), longest first: where a long text may not be
+        cut (glm5next_runtime.text_pieces)."""
+        return tuple(sorted({t for t, ty in zip(self._tokens, self._types) if ty in (CONTROL, USER_DEFINED) and t},
+                            key=len, reverse=True))
+
+    @cached_property
+    def _added_pattern(self) -> re.Pattern[str] | None:
+        return re.compile("|".join(map(re.escape, self.added_tokens))) if self.added_tokens else None
+
+    @cached_property
+    def _control_ids(self) -> dict[str, int]:
+        # first id of each text, as the HF tokenizer keeps it
+        out: dict[str, int] = {}
+        for i, (t, ty) in enumerate(zip(self._tokens, self._types)):
+            if ty == CONTROL and t:
+                out.setdefault(t, i)
+        return out
+
+    def _encode_text(self, text: str, parse_special: bool, max_tokens: int | None) -> list[int]:
+        ids: list[int] = []
+        for piece in text_pieces.pieces(text, self.added_tokens):
+            # encode_batch releases the GIL (encode does not); `encode_special_tokens` is tokenizer state, hence
+            # the lock
+            with self._lock:
+                self._tok.encode_special_tokens = not parse_special
+                ids += self._tok.encode_batch([piece], add_special_tokens=False)[0].ids
+            if max_tokens is not None and len(ids) > max_tokens:
+                break
+        return ids
+
+    def _add_special(self, ids: list[int], add_special: bool) -> list[int]:
         if add_special and self.add_bos and "bos" in self.special_ids:
             ids.insert(0, self.special_ids["bos"])
         if add_special and self.add_eos and "eos" in self.special_ids:

@@ -40,6 +40,13 @@ def checkpoints(tmp_path_factory) -> Checkpoints:
 
 
 @pytest.fixture(scope="session")
+def plain_gguf(checkpoints) -> Path:
+    """The tiny preset without a NextN layer (f32): a model that cannot speculate."""
+    return checkpoints.convert(checkpoints.make("server-no-nextn", "tiny", dtype="f32", nextn=False),
+                               outtype="f32")
+
+
+@pytest.fixture(scope="session")
 def rpc_servers() -> RpcServers:
     """glm5next-rpc-server processes on loopback, by name, alive until the test process ends (see rpc_servers.py)."""
     return RpcServers()

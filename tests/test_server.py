@@ -60,12 +60,6 @@ def spec_gguf(checkpoints) -> Path:
 
 
 @pytest.fixture(scope="module")
-def plain_gguf(checkpoints) -> Path:
-    return checkpoints.convert(checkpoints.make("server-no-nextn", "tiny", dtype="f32", nextn=False),
-                               outtype="f32")
-
-
-@pytest.fixture(scope="module")
 def spec(spec_gguf, tmp_path_factory):
     server = Server(spec_gguf, tmp_path_factory.mktemp("spec") / "server.log", "-np", "2")
     yield server
@@ -274,6 +268,10 @@ BAD = [
     ({"prompt": [1, 100000]}, 400, "invalid_request_error"),
     ({"prompt": "hello " * N_CTX}, 400, "exceed_context_size_error"),
     ({"prompt": "Hello", "model": "gpt-4"}, 404, "not_found_error"),
+    ({"prompt": "Hello", "top_k": 2**31}, 400, "invalid_request_error"),  # past the engine's int32
+    ({"prompt": "Hello", "seed": 2**64}, 400, "invalid_request_error"),  # past its uint64
+    ({"prompt": "Hello", "speculative.n_max": 2**31}, 400, "invalid_request_error"),
+    ({"prompt": "Hello", "speculative": {"n_max": 2**31}}, 400, "invalid_request_error"),
 ]
 
 
@@ -299,6 +297,14 @@ BAD_CHAT = [
 def test_bad_chat_requests_get_openai_errors(spec, body, status):
     got, out = post_json(spec, "/v1/chat/completions", body)
     assert got == status and set(out["error"]) >= {"message", "type", "code"}
+
+
+@pytest.mark.parametrize("field, value", [("top_k", 2**31), ("top_k", 10**30), ("seed", 2**64), ("seed", -2**64),
+                                          ("speculative.n_max", 2**31), ("max_tokens", -5), ("temperature", "hot")])
+def test_out_of_range_numbers_are_400s_naming_the_field(spec, field, value):
+    status, out = post_json(spec, "/v1/completions", {"prompt": "Hello", field: value})
+    assert status == 400 and out["error"]["message"].startswith(f"{field}: ")
+    assert "0x" not in out["error"]["message"] and "_core" not in out["error"]["message"]
 
 
 def test_context_error_names_the_sizes(spec):
@@ -395,6 +401,11 @@ def no_serving(monkeypatch):
     (["--spec-type", "eagle"], "invalid choice"),
     (["-np", "0"], "-np/--parallel 0: must be >= 1"),
     (["-c", "many"], "invalid int value"),
+    (["--api-key", ""], "--api-key: the key is empty"),  # it used to turn authentication off
+    (["--api-key", "ключ"], "--api-key: the key has characters outside Latin-1"),  # it could never match
+    (["--api-key", "sk-\x01"], "--api-key: the key has control characters"),
+    (["--api-key", "sk-key "], "--api-key: the key starts or ends with a space"),
+    (["--max-body-mib", "0"], "--max-body-mib 0: must be >= 1"),
 ])
 def test_usage_errors_exit_2(spec_gguf, no_serving, capsys, flags, message):
     with pytest.raises(SystemExit) as e:

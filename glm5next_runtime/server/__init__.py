@@ -8,7 +8,10 @@ the Python API of the top-level package.
     responses.py  response bodies and their server-sent-event framing
     errors.py     OpenAI-shaped errors
     auth.py       --api-key
+    body_limit.py --max-body-mib: request bodies bounded (413)
+    templates.py  the chat template rendered in worker processes, with bounded memory and time
     slots.py      the -np slots and the queue for them
+    stopping.py   what requests meet while the server stops (503s, the grace of running generations)
     metrics.py    GET /metrics (Prometheus)
 
 This package imports the top level (Model, chat, generate, prompt); the top level never imports it.

@@ -1,23 +1,29 @@
 """OpenAI-shaped errors, as llama-server writes them: {"error": {"code": STATUS, "message": ..., "type": ...}}.
 
 Every failure a request can meet ends here: our own checks (APIError, pydantic's included via invalid_body, the
-prompt checks via prompt_error), Starlette's (unknown route, wrong method) and anything unexpected (500; the
-server keeps serving).
+prompt checks via prompt_error), Starlette's (unknown route, wrong method), a client gone during its upload (one
+log line) and anything unexpected (500 with a generic message: the details, traceback included, go to the log
+only; the server keeps serving).
 """
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
+from starlette.responses import Response
 
 from ..prompt import PromptError, PromptTooLongError
 
 # llama-server's error types by status (tools/server/utils.hpp, format_error_response)
 TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
          404: "not_found_error", 500: "server_error", 501: "not_supported_error", 503: "unavailable_error"}
+INTERNAL = "internal server error (the server log has the details)"
+log = logging.getLogger("glm5next.server")
 
 
 class APIError(Exception):
@@ -69,7 +75,12 @@ def install_error_handlers(app: FastAPI) -> None:
     async def http_error(_request: Request, exc: HTTPException) -> JSONResponse:
         return APIError(exc.status_code, str(exc.detail)).response()
 
+    @app.exception_handler(ClientDisconnect)
+    async def client_gone(request: Request, _exc: ClientDisconnect) -> Response:
+        log.info("%s %s: the client went away during its upload", request.method, request.url.path)
+        return Response(status_code=400)  # nobody reads it
+
     @app.exception_handler(Exception)
-    async def unexpected(_request: Request, exc: Exception) -> JSONResponse:
-        # Starlette re-raises after this answer, so uvicorn logs the traceback
-        return APIError(500, f"internal error: {type(exc).__name__}: {exc}").response()
+    async def unexpected(_request: Request, _exc: Exception) -> JSONResponse:
+        # Starlette re-raises after this answer, so uvicorn logs the traceback; the client learns nothing of it
+        return APIError(500, INTERNAL).response()

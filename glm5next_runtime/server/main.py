@@ -2,8 +2,9 @@
 
     glm5next-server -m FILE [--host 127.0.0.1] [--port 8080] [-np 1] [-c 4096] [--spec-type draft-mtp] ...
 
-Everything that can fail at start-up (flags, the file, --override-kv, placement) fails before the port is
-bound: exit 2 for a usage error, 1 for a model that does not load.
+Everything that can fail at start-up (flags, the file, --override-kv, placement, a chat template that does not
+parse) fails before the port is bound: exit 2 for a usage error (an --api-key no client could send included), 1 for
+a model that does not load.
 """
 from __future__ import annotations
 
@@ -16,13 +17,16 @@ from pathlib import Path
 import uvicorn
 
 from .app import ServerConfig, create_app
-from ..chat import ChatTemplate
 from ..model import Model
 from ..model_args import describe_model, model_kwargs, request_seed
+from ..prompt import max_text_bytes
 from .args import PROG, parse_args
 from .slots import SlotPool
+from .stopping import GRACE_S
+from .templates import TemplateLimits, TemplateWorkers
 
 log = logging.getLogger("glm5next.server")
+MAX_TEMPLATE_WORKERS = 4  # renders take milliseconds: more slots need no more workers
 
 
 def load_slots(args: argparse.Namespace) -> list[Model]:
@@ -37,13 +41,17 @@ def load_slots(args: argparse.Namespace) -> list[Model]:
     return models
 
 
-def chat_template(model: Model, enabled: bool) -> ChatTemplate | None:
-    """The file's chat template, or None (chat off) without one or with --no-jinja. Raises ChatTemplateError."""
+def chat_template(model: Model, enabled: bool, workers: int = 1) -> TemplateWorkers | None:
+    """The file's chat template in `workers` worker processes (templates.py), or None (chat off) without one or with
+    --no-jinja. Rendered text longer than the context could hold is refused by the workers. Raises
+    ChatTemplateError when the template does not parse or its workers do not start."""
     if not enabled or model.chat_template is None:
         return None
     special = model.tokenizer.special_ids
     text = {name: model.detokenize([special[name]]) if name in special else "" for name in ("bos", "eos")}
-    return ChatTemplate(model.chat_template, bos_token=text["bos"], eos_token=text["eos"])
+    limits = TemplateLimits(max_chars=max_text_bytes(model.n_ctx, model.tokenizer.max_token_bytes, room=1))
+    return TemplateWorkers(model.chat_template, bos_token=text["bos"], eos_token=text["eos"], workers=workers,
+                           limits=limits)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -51,10 +59,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s:     %(message)s")  # uvicorn's look
     try:
         models = load_slots(args)
-        template = chat_template(models[0], args.jinja)
+        template = chat_template(models[0], args.jinja, workers=min(args.parallel, MAX_TEMPLATE_WORKERS))
     except (ValueError, OSError) as e:  # ModelError and ChatTemplateError are ValueErrors
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 1
+    try:
+        serve(args, models, template)
+    finally:
+        if template is not None:
+            template.close()
+    return 0
+
+
+def serve(args: argparse.Namespace, models: list[Model], template: TemplateWorkers | None) -> None:
+    """Serve the slot models with uvicorn until a signal stops the server."""
     for line in describe_model(models[0], args):
         log.info("%s", line)
     if template is None:
@@ -62,13 +80,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "--no-jinja" if not args.jinja else "the file has no chat template")
     name = Path(args.model).name
     config = ServerConfig(model_name=args.alias or name, model_names=frozenset({args.alias or name, name}),
-                          chat_template=template, default_seed=request_seed(args), api_key=args.api_key)
+                          chat_template=template, default_seed=request_seed(args), api_key=args.api_key,
+                          max_body_bytes=args.max_body_mib << 20)
     app = create_app(SlotPool(models), config)
-    log.info("%d slot(s), n_ctx %d each; listening on http://%s:%d", args.parallel, models[0].n_ctx,
-             args.host, args.port)
-    # uvicorn exits non-zero by itself when the port cannot be bound
-    uvicorn.run(app, host=args.host, port=args.port, log_level="info", timeout_graceful_shutdown=5)
-    return 0
+    log.info("%d slot(s), n_ctx %d each; requests up to %d MiB; listening on http://%s:%d", args.parallel,
+             models[0].n_ctx, args.max_body_mib, args.host, args.port)
+    # uvicorn exits non-zero by itself when the port cannot be bound; its graceful timeout outlasts the grace
+    # running generations get (stopping.py), so it has nothing left to cancel
+    uvicorn.run(app, host=args.host, port=args.port, log_level="info", timeout_graceful_shutdown=GRACE_S + 5)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
 """Request bodies of the OpenAI-compatible endpoints (pydantic: a wrong type or range is a 400, see errors.py).
 
 Strict types (no "5" for 5), unknown fields ignored (clients send fields this server has no use for). Sampling
-defaults are llama-server's.
+defaults are llama-server's. Every number has a range the engine can take (a 400 naming the field, never an
+overflow in the native code), and a chat message's role is one a chat template knows (a role is markup:
+"<|{{ role }}|>").
 """
 from __future__ import annotations
 
@@ -10,12 +12,17 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 STRICT = ConfigDict(strict=True, extra="ignore", allow_inf_nan=False, populate_by_name=True)
+INT32_MAX = 2**31 - 1  # the engine's int parameters (top_k, n_max)
+SEED_MIN, SEED_MAX = -(2**63), 2**64 - 1  # the engine's seed is 64-bit unsigned; negative: the server's
+ROLES = ("system", "user", "assistant", "tool")  # OpenAI's, the ones GLM's templates write
+# OpenAI's newer name for the system role (what reasoning-model clients send): rendered as "system"
+ROLE_ALIASES = {"developer": "system"}
 
 
 class Speculative(BaseModel):
     """The per-request speculative override, as {"speculative": {"n_max": N}}."""
     model_config = STRICT
-    n_max: int | None = Field(None, ge=0, description="draft tokens per round; 0 = no speculation")
+    n_max: int | None = Field(None, ge=0, le=INT32_MAX, description="draft tokens per round; 0 = no speculation")
 
 
 class GenerationRequest(BaseModel):
@@ -25,16 +32,16 @@ class GenerationRequest(BaseModel):
     model: str | None = None
     max_tokens: int | None = Field(None, ge=0, description="None: until the end of generation or the context")
     temperature: float = Field(0.8, description="<= 0: greedy")
-    top_k: int = Field(40, ge=0, description="0: off")
+    top_k: int = Field(40, ge=0, le=INT32_MAX, description="0: off")
     top_p: float = Field(0.95, gt=0.0, le=1.0)
     min_p: float = Field(0.05, ge=0.0, le=1.0)
-    seed: int | None = Field(None, description="None or negative: the server's --seed")
+    seed: int | None = Field(None, ge=SEED_MIN, le=SEED_MAX, description="None or negative: the server's --seed")
     stop: str | list[str] | None = None
     stream: bool = False
     n: int = Field(1, ge=1, le=1, description="choices per request (only 1)")
     speculative: Speculative | None = None
     # llama-server's spelling: a flat dotted key
-    speculative_n_max: int | None = Field(None, ge=0, alias="speculative.n_max")
+    speculative_n_max: int | None = Field(None, ge=0, le=INT32_MAX, alias="speculative.n_max")
 
     def spec_n_max(self) -> int | None:
         """Drafts per round asked for by this request (flat key first), None when it asks nothing."""
@@ -62,12 +69,14 @@ class Message(BaseModel):
     """A chat message. Fields beyond role and content (name, reasoning_content, tool_calls, ...) are kept and
     passed to the chat template as they came."""
     model_config = ConfigDict(strict=True, extra="allow")
-    role: str
+    role: Literal[ROLES + tuple(ROLE_ALIASES)]  # type: ignore[valid-type]
     content: str | list[TextPart] | None = None
 
     def for_template(self) -> dict[str, Any]:
-        """The message as the template sees it: text parts joined into one content string."""
+        """The message as the template sees it: text parts joined into one content string, an aliased role
+        (developer) under the template's own name (system)."""
         out = self.model_dump(exclude_none=True)
+        out["role"] = ROLE_ALIASES.get(self.role, self.role)
         if isinstance(self.content, list):
             out["content"] = "".join(part.text for part in self.content)
         return out
