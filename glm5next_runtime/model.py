@@ -177,6 +177,11 @@ class Model:
         self._last = None
 
     @property
+    def tokens(self) -> list[int]:
+        """The ids the sequence holds, one per evaluated row (what a prompt sharing a prefix resumes from)."""
+        return self._engine.tokens
+
+    @property
     def n_past(self) -> int:
         """Tokens in the sequence."""
         return self._engine.n_past

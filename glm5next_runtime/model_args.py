@@ -53,8 +53,8 @@ def list_devices_if_asked(prog: str, argv: Sequence[str] | None) -> None:
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
-    """Add -m, -md, -c, -t, -b, --rpc, --list-devices, the placement flags, the speculation flags, --override-kv
-    and --seed to `p`."""
+    """Add -m, -md, -c, -t, -b, --rpc, --list-devices, the placement flags, the speculation flags, --override-kv,
+    --seed and --ctx-checkpoints to `p`."""
     p.add_argument("-m", "--model", required=True, metavar="FILE", help="the glm5next .gguf file")
     p.add_argument("-md", "--model-draft", metavar="FILE",
                    help="separate draft file (converted with --mtp-only) whose NextN layer drafts for -m")
@@ -99,6 +99,9 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                    help="override a GGUF metadata key; TYPE is int, float, bool or str (repeatable, or several "
                         "comma-separated as llama.cpp takes them; a comma inside a str value stays in it)")
     p.add_argument("--seed", type=int, default=-1, help="sampling seed (-1: a random one per request)")
+    p.add_argument("--ctx-checkpoints", "--swa-checkpoints", type=int, default=32, metavar="N",
+                   help="context checkpoints kept per sequence (KDA states a later prompt sharing a prefix resumes "
+                        "from; host memory, see the load report) (32)")
 
 
 def model_kwargs(args: argparse.Namespace) -> dict[str, Any]:
@@ -111,7 +114,7 @@ def model_kwargs(args: argparse.Namespace) -> dict[str, Any]:
                 spec_draft_type=args.spec_draft_type, draft_model=args.model_draft, rpc=split_list(args.rpc or ""),
                 devices=split_list(args.device) if args.device else None, split_mode=args.split_mode,
                 tensor_split=parse_tensor_split(args.tensor_split), main_gpu=args.main_gpu,
-                draft_device=args.device_draft)
+                draft_device=args.device_draft, ctx_checkpoints=args.ctx_checkpoints)
 
 
 def request_seed(args: argparse.Namespace) -> int | None:
@@ -121,7 +124,8 @@ def request_seed(args: argparse.Namespace) -> int | None:
 
 def describe_model(model: Model, args: argparse.Namespace) -> list[str]:
     """Load-log lines: the placement plan summary, the memory per device (weights, caches, compute buffers; as
-    llama.cpp's load report) and which speculation runs (and why)."""
+    llama.cpp's load report), what the prompt cache's checkpoints may take, and which speculation runs (and
+    why)."""
     if model.spec_type == "draft-mtp":
         source = f"the NextN layer of {args.model_draft}" if args.model_draft else "the file's NextN layer"
         spec = (f"draft-mtp with {source} (n_max {args.spec_draft_n_max}, n_min {args.spec_draft_n_min}, "
@@ -131,8 +135,11 @@ def describe_model(model: Model, args: argparse.Namespace) -> list[str]:
         spec = "none (--spec-type none)" if args.spec_type == "none" else "none (the file has no NextN layer)"
     memory = [f"{m['device']}: weights {m['weights'] / 2**20:.1f} MiB, caches {m['caches'] / 2**20:.1f} MiB, "
               f"compute {m['compute'] / 2**20:.1f} MiB" for m in model.memory()]
+    ck = model.checkpoints()
     lines = [f"placement: {describe_placement(model.placement())}",
-             f"memory (weights once; caches and compute per slot): {'; '.join(memory)}", f"speculation: {spec}"]
+             f"memory (weights once; caches and compute per slot): {'; '.join(memory)}",
+             f"prompt cache: up to {ck['max_count']} context checkpoints per slot, {ck['bytes_each'] / 2**20:.2f} MiB "
+             f"each (host memory)", f"speculation: {spec}"]
     if args.n_gpu_layers > 0 and not model.devices:
         lines.insert(1, f"warning: -ngl {args.n_gpu_layers} but no offload device (no GPU in this ggml build, no "
                         "--rpc): everything runs on the CPU")

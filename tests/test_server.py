@@ -448,3 +448,45 @@ def test_bad_override_kv_process_exits_without_binding(spec_gguf):
                           "--override-kv", "glm5next.attention.indexer.top_k=str"],
                          capture_output=True, text=True, timeout=TIMEOUT)
     assert run.returncode == 1 and "--override-kv" in run.stderr and "Uvicorn running" not in run.stderr
+
+
+def test_a_chat_resumes_from_the_slot_cache_and_answers_the_same(spec):
+    """Each turn resends the conversation: the slot resumes from its cached prefix (timings.cache_n, usage's
+    cached_tokens) and evaluates only the rest; the same turns with cache_prompt false evaluate everything and
+    answer the same."""
+    messages = [{"role": "system", "content": "You are terse. " * 40}, {"role": "user", "content": "question 1"}]
+    turns = []
+    for turn in range(3):
+        body = {"messages": messages, "max_tokens": 8, "temperature": 0}
+        status, hit = post_json(spec, "/v1/chat/completions", body)
+        assert status == 200
+        assert hit["timings"]["cache_n"] + hit["timings"]["prompt_n"] == hit["usage"]["prompt_tokens"]
+        assert hit["usage"]["prompt_tokens_details"]["cached_tokens"] == hit["timings"]["cache_n"]
+        turns.append((body, hit))
+        messages = messages + [hit["choices"][0]["message"], {"role": "user", "content": f"question {turn + 2}"}]
+    for i, (body, hit) in enumerate(turns[1:], 1):  # resumed at least the prompt of the turn before
+        assert hit["timings"]["cache_n"] >= turns[i - 1][1]["usage"]["prompt_tokens"] - 1
+    for body, hit in turns:
+        status, miss = post_json(spec, "/v1/chat/completions", body | {"cache_prompt": False})
+        assert status == 200 and miss["timings"]["cache_n"] == 0
+        assert miss["choices"][0]["message"]["content"] == hit["choices"][0]["message"]["content"]
+
+
+def test_interleaved_chats_each_find_their_own_slot(spec):
+    """Two conversations on two slots, in the order Ann, Bob, Bob, Ann: each turn goes to the slot holding its
+    conversation (the longest common prefix; the least recently used slot would be the wrong one for Bob's second
+    turn), resumes there, and answers as a request without the cache does."""
+    chats = {name: [{"role": "system", "content": f"You are {name}. " * 30}, {"role": "user", "content": "hello"}]
+             for name in ("Ann", "Bob")}
+    answers = []
+    for i, name in enumerate(["Ann", "Bob", "Bob", "Ann"]):
+        body = {"messages": chats[name], "max_tokens": 6, "temperature": 0}
+        status, out = post_json(spec, "/v1/chat/completions", body)
+        assert status == 200
+        if i >= 2:
+            assert out["timings"]["cache_n"] > 60, (name, out["timings"])  # its own system prompt, at least
+        answers.append((body, out["choices"][0]["message"]["content"]))
+        chats[name] = chats[name] + [out["choices"][0]["message"], {"role": "user", "content": "and then?"}]
+    for body, content in answers:
+        status, miss = post_json(spec, "/v1/chat/completions", body | {"cache_prompt": False})
+        assert status == 200 and miss["choices"][0]["message"]["content"] == content

@@ -195,7 +195,7 @@ def create_app(pool: SlotPool, config: ServerConfig) -> FastAPI:
         n_max = body.spec_n_max() if first.spec_type == "draft-mtp" else None
         return dict(max_tokens=first.n_ctx if limit is None else limit, temperature=body.temperature,
                     top_k=body.top_k, top_p=body.top_p, min_p=body.min_p, seed=seed, stop=body.stop,
-                    spec_n_max=n_max)
+                    spec_n_max=n_max, cache_prompt=body.cache_prompt)
 
     async def generate(body: GenerationRequest, ids: list[int], reply: Reply, endpoint: str) -> Response:
         try:
@@ -204,7 +204,7 @@ def create_app(pool: SlotPool, config: ServerConfig) -> FastAPI:
             raise prompt_error(e) from None
         kwargs = generate_kwargs(body)
         try:
-            model = await pool.acquire()
+            model = await pool.acquire(ids)
         except SlotsClosed:
             raise ShuttingDown() from None
         try:

@@ -19,16 +19,21 @@ def sse(data: dict[str, Any]) -> str:
     return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
 
 
-def usage(m: dict) -> dict[str, int]:
-    """OpenAI's usage from GenerationResult.metrics."""
+def usage(m: dict) -> dict[str, Any]:
+    """OpenAI's usage from GenerationResult.metrics (prompt_tokens_details.cached_tokens: resumed from the slot's
+    prompt cache, as OpenAI and llama-server report it)."""
     return {"prompt_tokens": m["n_prompt_tokens"], "completion_tokens": m["n_generated"],
-            "total_tokens": m["n_prompt_tokens"] + m["n_generated"]}
+            "total_tokens": m["n_prompt_tokens"] + m["n_generated"],
+            "prompt_tokens_details": {"cached_tokens": m["n_cached_tokens"]}}
 
 
 def timings(m: dict) -> dict[str, float]:
-    """llama-server's timings from GenerationResult.metrics (draft_n: drafted tokens, draft_n_accepted: accepted)."""
-    prompt_n, predicted_n = m["n_prompt_tokens"], m["n_generated"]
+    """llama-server's timings from GenerationResult.metrics: cache_n prompt tokens resumed from the slot's cache,
+    prompt_n evaluated (draft_n: drafted tokens, draft_n_accepted: accepted)."""
+    cache_n, predicted_n = m["n_cached_tokens"], m["n_generated"]
+    prompt_n = m["n_prompt_tokens"] - cache_n
     return {
+        "cache_n": cache_n,
         "prompt_n": prompt_n,
         "prompt_ms": m["prompt_ms"],
         "prompt_per_token_ms": m["prompt_ms"] / prompt_n if prompt_n else 0.0,

@@ -38,6 +38,8 @@ class GenerationRequest(BaseModel):
     seed: int | None = Field(None, ge=SEED_MIN, le=SEED_MAX, description="None or negative: the server's --seed")
     stop: str | list[str] | None = None
     stream: bool = False
+    cache_prompt: bool = Field(True, description="llama-server's: resume from the slot's cached prefix and "
+                               "evaluate only the rest (the output is the same)")
     n: int = Field(1, ge=1, le=1, description="choices per request (only 1)")
     speculative: Speculative | None = None
     # llama-server's spelling: a flat dotted key

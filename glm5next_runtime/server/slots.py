@@ -1,5 +1,8 @@
 """The server's -np slots: one Model per slot, so every sequence's caches are its own, and a first-come
-first-served queue of the requests waiting for one. Closing the pool (the server is stopping) turns the waiting
+first-served queue of the requests waiting for one. A request that finds several slots free takes the one whose
+sequence shares the longest prefix with its prompt, provided that prefix is at least SLOT_PROMPT_SIMILARITY of the
+sequence (llama-server's --slot-prompt-similarity, 0.5), else the least recently used slot: a shared template
+header alone does not make another conversation's slot the best one to overwrite. Closing the pool (the server is stopping) turns the waiting
 requests, and any later one, away with SlotsClosed."""
 from __future__ import annotations
 
@@ -8,6 +11,19 @@ from collections import deque
 from collections.abc import Sequence
 
 from ..model import Model
+
+
+SLOT_PROMPT_SIMILARITY = 0.5
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """Length of the longest common prefix of two id sequences."""
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
 
 
 class SlotsClosed(Exception):
@@ -40,13 +56,21 @@ class SlotPool:
         """Requests queued for a slot."""
         return sum(not w.done() for w in self._waiters)
 
-    async def acquire(self) -> Model:
-        """Wait for a free slot (in arrival order) and take it; give it back with release(). Raises SlotsClosed
-        when the pool is closed, or closes while waiting."""
+    async def acquire(self, prompt: Sequence[int] = ()) -> Model:
+        """Wait for a free slot (in arrival order) and take it; give it back with release(). Of several free slots
+        the one whose sequence shares the longest prefix with `prompt` (ids), when it is similar enough (module
+        docstring), else the least recently used.
+        Raises SlotsClosed when the pool is closed, or closes while waiting."""
         if self.closed:
             raise SlotsClosed()
         if self._free and not self.waiting:
-            return self._free.popleft()
+            best = self._free[0]  # the least recently used
+            shared = {id(m): common_prefix(m.tokens, prompt) for m in self._free}
+            similar = [m for m in self._free if m.tokens and shared[id(m)] >= SLOT_PROMPT_SIMILARITY * len(m.tokens)]
+            if similar:
+                best = max(similar, key=lambda m: shared[id(m)])
+            self._free.remove(best)
+            return best
         waiter: asyncio.Future[Model] = asyncio.get_running_loop().create_future()
         self._waiters.append(waiter)
         try:
@@ -60,7 +84,7 @@ class SlotPool:
                 self._waiters.remove(waiter)
 
     def release(self, model: Model) -> None:
-        """Give back a slot. Its model may still hold the last sequence: its next generate() resets it."""
+        """Give back a slot. Its model keeps its sequence: a later prompt sharing a prefix resumes from it."""
         while self._waiters:
             waiter = self._waiters.popleft()
             if not waiter.done():
