@@ -293,6 +293,10 @@ class Generator:
         """
         n_max: drafts per round (0 = no speculation); n_min: shorter drafts are not verified; p_min: drafting stops below this top probability; index_share: -1 file, 0 off, 1 on; synthetic_accepted: benchmarks only, a fixed mean number of accepted drafts per round (< 0 = off). Raises ValueError for speculation without a NextN layer, n_max >= n_batch, or bad sampler settings.
         """
+    def finish(self) -> None:
+        """
+        End the generation: write the NextN layer's rows still pending for evaluated tokens, so that a later prompt extending this sequence resumes at its end (start(cache_prompt=True)). Optional.
+        """
     def start(self, prompt: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], cache_prompt: bool = False) -> int:
         """
         Evaluate `prompt` (list of ids) and return the first sampled token. cache_prompt=False resets the sequence first; True keeps the longest prefix of the prompt the sequence can resume from (its current rows or a context checkpoint) and evaluates only the rest (stats n_cached_tokens). Raises ValueError for an empty prompt, an id outside the vocabulary or a prompt longer than the context.

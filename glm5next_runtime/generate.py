@@ -151,6 +151,8 @@ def decode(generator: _core.Generator, tokenizer: Tokenizer, n_ctx: int, prompt:
                 decode_s += time.perf_counter() - busy
                 continue
         break
+    if cache_prompt:
+        generator.finish()  # the draft head's rows complete: the next prompt may resume at this sequence's end
     tail = text.flush()
     if tail:
         pieces.append(tail)

@@ -49,6 +49,9 @@ def scripted(model: Model, monkeypatch, script: list[int]) -> None:
         def start(self, prompt, cache_prompt=False):
             return next(ids)
 
+        def finish(self):
+            pass
+
         def step(self, max_tokens=None):
             return [next(ids)]
 

@@ -63,13 +63,21 @@ def test_resumes_at_the_newest_checkpoint_before_the_split(cached):
     assert hit.metrics["n_cached_tokens"] == 24  # the prefill checkpoint at row 24; the sequence was past row 30
 
 
-def test_continuing_the_sequence_evaluates_only_the_new_tokens(cached):
-    """A prompt that extends everything the sequence evaluated (a chat's next turn without speculation) resumes
-    from the sequence as it is, generated tokens included."""
-    first = cached.generate(FIRST, max_tokens=N_GEN, temperature=0, spec_n_max=0)
+@pytest.mark.parametrize("spec_n_max", [0, 3])
+def test_continuing_the_sequence_evaluates_only_the_new_tokens(cached, fresh, spec_n_max):
+    """A prompt that extends everything the sequence evaluated (a chat's next turn) resumes from the sequence as it
+    is, generated tokens included (with draft-MTP too: the generation ended by writing the draft head's pending
+    rows), and answers as a fresh sequence."""
+    kw = dict(temperature=0, spec_n_max=spec_n_max)
+    first = cached.generate(FIRST, max_tokens=N_GEN, **kw)
     evaluated = FIRST + first.tokens[:-1]  # the last generated token was sampled, never evaluated
-    hit = cached.generate(FIRST + first.tokens + [5, 6, 7], max_tokens=1, temperature=0, spec_n_max=0)
+    prompt = FIRST + first.tokens + [5, 6, 7]
+    hit = cached.generate(prompt, max_tokens=N_GEN, **kw)
     assert hit.metrics["n_cached_tokens"] == len(evaluated)
+    want = fresh.generate(prompt, max_tokens=N_GEN, cache_prompt=False, **kw)
+    assert hit.tokens == want.tokens
+    if spec_n_max:
+        assert hit.metrics["accepted_at"] == want.metrics["accepted_at"]
 
 
 @pytest.mark.parametrize("ending", ["stop-string", "max-tokens", "abandoned-stream"])

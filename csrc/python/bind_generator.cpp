@@ -61,6 +61,9 @@ output keeps the target distribution (speculative sampling).)doc")
              "One round: returns the tokens it emits (accepted drafts, then the target's token), at most max_tokens "
              "(the tokens the caller may still use: drafts are capped so that every one can serve the reply, and "
              "the statistics count only those). Raises ValueError before start() or when the context is full.")
+        .def("finish", &Generator::finish, py::call_guard<py::gil_scoped_release>(),
+             "End the generation: write the NextN layer's rows still pending for evaluated tokens, so that a later "
+             "prompt extending this sequence resumes at its end (start(cache_prompt=True)). Optional.")
         .def_property_readonly("room", &Generator::room, "Tokens the context can still take.")
         .def_property_readonly("stats", [](const Generator & g) { return stats_dict(g.stats()); },
                                "Counters since start(): prompt tokens (and of those resumed from the cache), timings (ms), speculation (n_drafts = rounds "

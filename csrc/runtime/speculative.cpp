@@ -94,18 +94,25 @@ int32_t Generator::start(const std::vector<int32_t> & prompt, bool cache_prompt)
         if (c > 0) pending_h_ = h_before;
         pending_h_.insert(pending_h_.end(), out.hidden.begin(), out.hidden.end() - n_embd);
         pending_x_.assign(prompt.begin() + pending_pos_ + 1, prompt.end());
-        if (cache_prompt && !pending_x_.empty()) {  // now, so that the prompt-end checkpoint can serve drafting
-            engine_.draft_rows(pending_h_.data(), pending_x_.data(), (int64_t) pending_x_.size(), pending_pos_,
-                               nullptr, -1, /*from_trunk=*/true, prompt_rows_out_);
-            pending_pos_ += (int64_t) pending_x_.size();
-            pending_h_.clear();
-            pending_x_.clear();
-        }
+        if (cache_prompt) write_pending_rows();  // now, so that the prompt-end checkpoint can serve drafting
     }
     h_last_.assign(out.hidden.end() - n_embd, out.hidden.end());
     next_ = sampler_.sample(out.logits.data(), engine_.n_vocab());
     started_ = true;
     return next_;
+}
+
+void Generator::write_pending_rows() {
+    if (!chain_ || pending_x_.empty()) return;
+    engine_.draft_rows(pending_h_.data(), pending_x_.data(), (int64_t) pending_x_.size(), pending_pos_, nullptr, -1,
+                       /*from_trunk=*/true, rows_out_);
+    pending_pos_ += (int64_t) pending_x_.size();
+    pending_h_.clear();
+    pending_x_.clear();
+}
+
+void Generator::finish() {
+    if (started_) write_pending_rows();
 }
 
 int64_t Generator::room() const {

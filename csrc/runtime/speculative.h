@@ -59,6 +59,11 @@ public:
     // without start() or when the context is full (room() == 0).
     std::vector<int32_t> step(int64_t max_tokens = INT64_MAX);
 
+    // Ends a generation: writes the NextN layer's rows still pending for evaluated tokens (they would go with the
+    // next round's first draft), so that a later prompt extending this sequence resumes at its end with the draft
+    // head's rows complete (Engine::resume). Optional: without it a later prompt resumes at a checkpoint.
+    void finish();
+
     // Tokens the context can still take (the last emitted one needs a row before anything follows it).
     int64_t room() const;
 
@@ -74,6 +79,8 @@ private:
     // 3. The tokens the round emits from the verify rows: the accepted drafts, then the correction or bonus token.
     std::vector<int32_t> accept(const EvalOutput & verified);
     int64_t synthetic_keep(int64_t n_drafts);
+    // Writes the pending draft-head rows now instead of with the next round's step 0.
+    void write_pending_rows();
     // The round's counters (stats_), once `emitted` is committed.
     void count(const std::vector<int32_t> & emitted);
     // What the next round starts from: the draft-head rows it writes (the kept rows' trunk states, from trunk row
@@ -96,7 +103,7 @@ private:
     std::vector<float> p_;  // the target distribution of a row (reused)
     // Engine outputs, reused round after round: no per-round allocation of [rows, n_vocab] logits.
     EvalOutput verify_out_;
-    DraftOutput prompt_rows_out_;  // the answer to the prompt's draft rows, written at start with cache_prompt (unused)
+    DraftOutput rows_out_;  // the draft head's answer to rows written ahead of a round (unused)
     std::mt19937_64 synthetic_rng_{12345};
 };
 

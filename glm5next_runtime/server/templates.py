@@ -85,9 +85,11 @@ class TemplateWorkers:
                 return worker.render(messages, variables, self.limits)
             except _Gone as gone:
                 worker = self._replace(worker, gone)
-                if gone.received:
+                if gone.limit:  # the time or memory limit: these messages' doing
                     raise TemplateLimitError(str(gone)) from None
-            try:  # the worker was dead before it got the request: once more, on its replacement
+            # a worker found dead, or that died without a word, may have been killed from outside (the OOM killer,
+            # an operator): once more on its replacement, and only a second death is blamed on the messages
+            try:
                 return worker.render(messages, variables, self.limits)
             except _Gone as gone:
                 worker = self._replace(worker, gone)
@@ -127,11 +129,11 @@ class TemplateWorkers:
 
 
 class _Gone(Exception):
-    """The worker is gone (killed at its deadline, out of memory, or dead); `received`: it had the request."""
+    """The worker is gone: `limit` when it hit the time or memory limit on a request (the request's doing)."""
 
-    def __init__(self, message: str, received: bool):
+    def __init__(self, message: str, limit: bool = False):
         super().__init__(message)
-        self.received = received
+        self.limit = limit
 
 
 class _Worker:
@@ -154,29 +156,30 @@ class _Worker:
         except (EOFError, OSError):
             pass
         if not self.ready:
-            raise _Gone("the chat template's worker process did not start", received=False)
+            raise _Gone("the chat template's worker process did not start")
 
     def render(self, messages: Sequence[Mapping[str, Any]], variables: Mapping[str, Any] | None,
                limits: TemplateLimits) -> str:
         self.wait_ready()
+        if not self.process.is_alive():  # died while idle (killed, OOM): not these messages' fault
+            raise _Gone("the chat template's worker process had died")
         try:
             self.conn.send((list(messages), dict(variables or {})))
         except (OSError, EOFError):  # a broken pipe, or a worker already stopped
-            raise _Gone("the chat template's worker process had died", received=False) from None
+            raise _Gone("the chat template's worker process had died") from None
         if not self.conn.poll(limits.seconds):
-            raise _Gone(f"the chat template took longer than {limits.seconds:g} s on these messages",
-                        received=True)
+            raise _Gone(f"the chat template took longer than {limits.seconds:g} s on these messages", limit=True)
         try:
             kind, value = self.conn.recv()
         except (EOFError, ConnectionResetError):
-            raise _Gone("the chat template's worker process died on these messages", received=True) from None
+            raise _Gone("the chat template's worker process died on these messages") from None
         if kind == "ok":
             return value
         if kind == "long":
             raise RenderedTooLong(value)
         if kind == "memory":
             raise _Gone(f"the chat template needs more than {limits.memory_mib} MiB of memory on these messages",
-                        received=True)
+                        limit=True)
         raise ChatTemplateError(value)
 
     def stop(self) -> None:
