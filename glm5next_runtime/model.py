@@ -92,6 +92,9 @@ class Model:
             states a later prompt sharing a prefix resumes from (see generate's cache_prompt).
         checkpoint_every: while prefilling, a checkpoint at every multiple of this many tokens (a ubatch ends
             there), besides the one at the end of every prompt.
+        batch_invariant: a row's logits do not depend on how many rows share its ubatch, so that greedy draft-MTP
+            equals plain decoding on quantized files too (ggml's CPU kernels for one row and for several round
+            differently); costs decode speed (~20% on the bench preset, q8_0).
         rpc: "HOST:PORT" endpoints (a list, or one str) of ggml RPC servers (glm5next-rpc-server, llama.cpp's
             --rpc) whose devices become placement targets. ggml's registry keeps them for the life of the process:
             a later Model in the same process sees them too (devices=[...] chooses).
@@ -109,14 +112,15 @@ class Model:
                  spec_draft_type: str = "auto", draft_model: str | os.PathLike | None = None,
                  rpc: Sequence[str] = (), devices: Sequence[str] | None = None, split_mode: str = "layer",
                  tensor_split: Sequence[float] | None = None, main_gpu: int = 0, draft_device: str | None = None,
-                 ctx_checkpoints: int = 32, checkpoint_every: int = 8192):
+                 ctx_checkpoints: int = 32, checkpoint_every: int = 8192, batch_invariant: bool = False):
         for name, value in (("n_ctx", n_ctx), ("n_batch", n_batch), ("n_threads", n_threads),
                             ("checkpoint_every", checkpoint_every)):
             if value is not None and value < 1:
                 raise ValueError(f"{name} = {value}: must be >= 1")
         if ctx_checkpoints < 0:
             raise ValueError(f"ctx_checkpoints = {ctx_checkpoints}: must be >= 0")
-        self._checkpoints = dict(n_checkpoints=ctx_checkpoints, checkpoint_every=checkpoint_every)
+        self._engine_args = dict(n_checkpoints=ctx_checkpoints, checkpoint_every=checkpoint_every,
+                                 batch_invariant=batch_invariant)
         # checked before ggml's client sees them: it aborts on a bad endpoint
         _core.add_rpc_servers([rpc] if isinstance(rpc, str) else list(rpc))
         self._core = _core.Model(os.fspath(path), list(override_kv))
@@ -147,7 +151,7 @@ class Model:
 
     def _new_engine(self) -> _core.Engine:
         return _core.Engine(self._core, self._n_ctx, self.n_batch, self.n_threads, self._spec_draft_type,
-                            self._draft_core, **self._checkpoints)
+                            self._draft_core, **self._engine_args)
 
     def another_sequence(self) -> Model:
         """A Model on the same loaded weights (the mapping and every weight placed on a device, not copied again)

@@ -99,6 +99,9 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                    help="override a GGUF metadata key; TYPE is int, float, bool or str (repeatable, or several "
                         "comma-separated as llama.cpp takes them; a comma inside a str value stays in it)")
     p.add_argument("--seed", type=int, default=-1, help="sampling seed (-1: a random one per request)")
+    p.add_argument("--batch-invariant", action="store_true",
+                   help="a row's logits do not depend on its batch: greedy draft-MTP equals plain decoding on "
+                        "quantized files too (costs decode speed, ~20%% on q8_0)")
     p.add_argument("--ctx-checkpoints", "--swa-checkpoints", type=int, default=32, metavar="N",
                    help="context checkpoints kept per sequence (KDA states a later prompt sharing a prefix resumes "
                         "from; host memory, see the load report) (32)")
@@ -114,7 +117,8 @@ def model_kwargs(args: argparse.Namespace) -> dict[str, Any]:
                 spec_draft_type=args.spec_draft_type, draft_model=args.model_draft, rpc=split_list(args.rpc or ""),
                 devices=split_list(args.device) if args.device else None, split_mode=args.split_mode,
                 tensor_split=parse_tensor_split(args.tensor_split), main_gpu=args.main_gpu,
-                draft_device=args.device_draft, ctx_checkpoints=args.ctx_checkpoints)
+                draft_device=args.device_draft, ctx_checkpoints=args.ctx_checkpoints,
+                batch_invariant=args.batch_invariant)
 
 
 def request_seed(args: argparse.Namespace) -> int | None:

@@ -22,7 +22,7 @@ void write_rows(ggml_context * ctx, ggml_cgraph * gf, ggml_tensor * src, ggml_te
 ggml_tensor * BlockBuilder::rms(ggml_tensor * x, ggml_tensor * w) const { return ggml_mul(ctx, ggml_rms_norm(ctx, x, hp.rms_eps), w); }
 
 ggml_tensor * BlockBuilder::mm(ggml_tensor * w, ggml_tensor * x) const {
-    if (x->ne[1] != 1 || !cpu_kernels) return ggml_mul_mat(ctx, w, x);
+    if (!batch_invariant || x->ne[1] != 1 || !cpu_kernels) return ggml_mul_mat(ctx, w, x);
     ggml_tensor * r = ggml_mul_mat(ctx, w, ggml_concat(ctx, x, x, 1));
     if (r->ne[2] * r->ne[3] == 1) return ggml_view_2d(ctx, r, r->ne[0], 1, r->nb[1], 0);
     return ggml_cont(ctx, ggml_view_4d(ctx, r, r->ne[0], 1, r->ne[2], r->ne[3], r->nb[1], r->nb[2], r->nb[3], 0));

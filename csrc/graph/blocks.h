@@ -69,7 +69,10 @@ public:
     // preset, q8_0: logits of a decode token and of the same row in a verify pass differed by up to 1.6, and greedy
     // draft-MTP output differed from plain decoding). So on the CPU a single row is multiplied as two equal
     // columns and the first kept: decode rows then equal verify rows bit for bit (issue 15, batch-invariant verify).
+    // Only when asked (batch_invariant): the second column costs decode ~20% on the bench preset (q8_0, -t 2:
+    // tg128 1.10x -> 0.82x of llama.cpp), so the default keeps ggml's kernels as they are.
     ggml_tensor * mm(ggml_tensor * w, ggml_tensor * x) const;
+    void set_batch_invariant(bool on) { batch_invariant = on; }
 
     // mHC pre (model.md step 1): the block input [n_embd, T]; post [hc, T] and comb [hc, hc, T] for hc_post.
     ggml_tensor * hc_pre(ggml_tensor * x, ggml_tensor * fn, ggml_tensor * scale, ggml_tensor * base,
@@ -101,6 +104,7 @@ private:
     std::optional<InputKpoolRows> & kpool_inputs;
     std::vector<KdaSnapshots> * snapshots = nullptr;
     bool cpu_kernels = true;
+    bool batch_invariant = false;
 };
 
 }  // namespace glm5next
