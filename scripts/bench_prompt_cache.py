@@ -7,7 +7,10 @@ Each turn's prompt is the previous prompt, the previous reply (the generated ids
 from the model's own vocabulary, fixed seed), as a chat client resends it. Every turn runs twice on two sequences
 of one loaded model: one that keeps its cache (cache_prompt=True) and one that starts over (cache_prompt=False);
 the table gives per turn the prompt tokens, those resumed from the cache, the prompt time of each and their ratio,
-plus the mean accepted length of each (draft-MTP after a cache hit drafts as without one). Prints one table.
+the mean accepted length of each (draft-MTP after a cache hit drafts as without one) and whether the two generated
+the same tokens (on quantized files of the bench preset's widths they may not: rows resumed from the cache were
+computed by decode and verify passes, the fresh sequence computes them in a prefill ubatch, and ggml rounds the
+two differently). Prints one table; the next turn continues the cached sequence's reply.
 """
 from __future__ import annotations
 
@@ -40,18 +43,16 @@ def main(argv: list[str] | None = None) -> int:
     rng = random.Random(12)
     prompt = words(cached, args.system, rng) + words(cached, args.user, rng)
     print("| turn | prompt tokens | resumed | prompt ms (cache) | prompt ms (no cache) | ratio | accepted len "
-          "(cache / no cache) |")
-    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+          "(cache / no cache) | same tokens |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | :---: |")
     for turn in range(1, args.turns + 1):
         hit = cached.generate(prompt, max_tokens=args.reply, temperature=0, cache_prompt=True)
         miss = fresh.generate(prompt, max_tokens=args.reply, temperature=0, cache_prompt=False)
-        if hit.tokens != miss.tokens:
-            print(f"turn {turn}: the outputs differ", file=sys.stderr)
-            return 1
         a, b = hit.metrics, miss.metrics
         print(f"| {turn} | {a['n_prompt_tokens']} | {a['n_cached_tokens']} | {a['prompt_ms']:.1f} | "
               f"{b['prompt_ms']:.1f} | {b['prompt_ms'] / max(a['prompt_ms'], 1e-9):.1f}x | "
-              f"{a['mean_accepted_length']:.2f} / {b['mean_accepted_length']:.2f} |")
+              f"{a['mean_accepted_length']:.2f} / {b['mean_accepted_length']:.2f} | "
+              f"{'yes' if hit.tokens == miss.tokens else 'no'} |")
         prompt = prompt + hit.tokens + words(cached, args.user, rng)
         if len(prompt) + args.reply >= args.ctx_size:
             break
