@@ -25,16 +25,20 @@ def gguf(request, checkpoints):
     return checkpoints.convert(checkpoints.make("bench-narrow", "bench", dtype="f32", **SHAPE), outtype=request.param)
 
 
-def test_decode_rows_equal_verify_rows_bit_for_bit(gguf):
+def verified_and_decoded(gguf, batch_invariant: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Logits of ROWS after PROMPT: one verify pass of all of them, and one decode token at a time."""
     from glm5next_runtime import _core
     model = _core.Model(str(gguf), [])
-    batched = _core.Engine(model, 128, 16, 2, batch_invariant=True)
-    serial = _core.Engine(model, 128, 16, 2, batch_invariant=True)
+    batched, serial = (_core.Engine(model, 128, 16, 2, batch_invariant=batch_invariant) for _ in range(2))
     batched.eval(PROMPT)
     serial.eval(PROMPT)
     verified = batched.verify(ROWS)["logits"]
     batched.commit(len(ROWS))
-    decoded = np.concatenate([serial.eval([t], True)["logits"] for t in ROWS])
+    return verified, np.concatenate([serial.eval([t], True)["logits"] for t in ROWS])
+
+
+def test_decode_rows_equal_verify_rows_bit_for_bit(gguf):
+    verified, decoded = verified_and_decoded(gguf, batch_invariant=True)
     assert np.array_equal(verified, decoded)
 
 
@@ -51,13 +55,6 @@ def test_greedy_draft_mtp_equals_plain_decoding(gguf):
 def test_without_it_a_decode_row_may_differ_from_its_verify_row(gguf):
     """The default (ggml's kernels as they are, the faster decode): at these widths the rows differ, which is why
     the option exists. Should ggml ever make them agree, this fails and the option can go."""
-    from glm5next_runtime import _core
-    model = _core.Model(str(gguf), [])
-    batched, serial = _core.Engine(model, 128, 16, 2), _core.Engine(model, 128, 16, 2)
-    batched.eval(PROMPT)
-    serial.eval(PROMPT)
-    verified = batched.verify(ROWS)["logits"]
-    batched.commit(len(ROWS))
-    decoded = np.concatenate([serial.eval([t], True)["logits"] for t in ROWS])
+    verified, decoded = verified_and_decoded(gguf, batch_invariant=False)
     assert not np.array_equal(verified, decoded)
     assert np.abs(verified - decoded).max() < 1.0  # rounding, not a different computation

@@ -101,20 +101,28 @@ def test_write_error_mid_file_gives_one_error_line(job, capsys, monkeypatch, cod
     assert_refused(ckpt, out, capsys, str(out), "cannot write the output", os.strerror(code))
 
 
-def test_output_has_no_name_until_complete(job, monkeypatch):
-    """While tensors are written, the output directory shows only the earlier file: the new one has no name (no
-    `.model.gguf.*.tmp` for a kill -9 to leave behind)."""
-    from glm5next_convert import convert, converter
+def watch_directory(directory, monkeypatch) -> list[list[str]]:
+    """The names in `directory` each time the converter writes a tensor (filled while it converts)."""
+    from glm5next_convert import converter
 
-    ckpt, out = job
-    seen = []
+    seen: list[list[str]] = []
     real = converter._EncodedTensor.tofile
 
     def tofile(self, fp):
-        seen.append(sorted(p.name for p in out.parent.iterdir()))
+        seen.append(sorted(p.name for p in directory.iterdir()))
         real(self, fp)
 
     monkeypatch.setattr(converter._EncodedTensor, "tofile", tofile)
+    return seen
+
+
+def test_output_has_no_name_until_complete(job, monkeypatch):
+    """While tensors are written, the output directory shows only the earlier file: the new one has no name (no
+    `.model.gguf.*.tmp` for a kill -9 to leave behind)."""
+    from glm5next_convert import convert
+
+    ckpt, out = job
+    seen = watch_directory(out.parent, monkeypatch)
     convert(ckpt, out, outtype="f32", progress=False, log=lambda m: None)
     assert seen and all(names == ["model.gguf"] for names in seen), seen[:3]
     assert out.read_bytes()[:4] == b"GGUF" and meta(out)["glm5next.block_count"] == 5
@@ -137,18 +145,11 @@ def test_output_gets_the_usual_permissions(job):
 def test_named_temp_fallback_without_o_tmpfile(job, monkeypatch):
     """Where O_TMPFILE is missing (another OS), the output is written under a hidden temporary name and renamed;
     it replaces the earlier file, with the usual permissions, and leaves nothing else."""
-    from glm5next_convert import convert, converter, output
+    from glm5next_convert import convert, output
 
     ckpt, out = job
     monkeypatch.setattr(output, "O_TMPFILE", None)
-    seen = []
-    real = converter._EncodedTensor.tofile
-
-    def tofile(self, fp):
-        seen.append(sorted(p.name for p in out.parent.iterdir()))
-        real(self, fp)
-
-    monkeypatch.setattr(converter._EncodedTensor, "tofile", tofile)
+    seen = watch_directory(out.parent, monkeypatch)
     old = os.umask(0o022)
     try:
         convert(ckpt, out, outtype="f32", progress=False, log=lambda m: None)
