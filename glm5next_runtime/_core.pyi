@@ -150,6 +150,10 @@ class Engine:
         """
         Copies of KDA layer `layer`'s caches: conv float32 [3*inner, K-1], state float32 [n_head, d, d].
         """
+    def load_state(self, data: bytes) -> None:
+        """
+        load_state(data: bytes): replace the sequence with one save_state returned (on this engine or another of the same model); a prompt sharing a prefix with it then resumes from it. Raises ValueError, naming what is wrong and keeping the sequence as it was, for bytes that are not a saved sequence, a damaged one, one of another model or one longer than n_ctx.
+        """
     def memory(self) -> list:
         """
         memory() -> list of dict(device, weights, caches, compute) in bytes, one per device that holds any, the CPU last: llama.cpp's load report. compute is the scheduler's buffer, sized at load for a full ubatch at the end of the context.
@@ -161,6 +165,10 @@ class Engine:
     def reset(self) -> None:
         """
         Forget the sequence (caches cleared, n_past = 0).
+        """
+    def save_state(self) -> bytes:
+        """
+        save_state() -> bytes: the whole sequence (tokens, the trunk's and the NextN layer's cache rows, context checkpoints; csrc/runtime/sequence_state.h), for load_state on an engine of the same model.
         """
     def traffic(self) -> dict:
         """

@@ -263,7 +263,8 @@ class Model:
     def generate(self, prompt: str | Sequence[int], max_tokens: int = 128, temperature: float = 0.8, top_k: int = 40,
                  top_p: float = 0.95, min_p: float = 0.05, seed: int | None = None,
                  stop: str | Sequence[str] | None = None, stream: bool = False,
-                 spec_n_max: int | None = None, cache_prompt: bool = True) -> GenerationResult | GenerationStream:
+                 spec_n_max: int | None = None, cache_prompt: bool = True,
+                 special: bool = False) -> GenerationResult | GenerationStream:
         """Continue `prompt`: evaluate the prompt, then generate round by round (one token per round, or with
         draft-MTP the accepted drafts and the target's token).
 
@@ -277,6 +278,8 @@ class Model:
             earlier call evaluated and generated, back to its newest context checkpoint at or before the point
             where the prompts part) and evaluate only the rest, as llama-server does (metrics n_cached_tokens);
             False starts over. The output is the same either way.
+        special: show generated control tokens ([MASK], <|user|>, ...) in the text; by default they are generated
+            and counted but render as nothing, as in llama-server without --special and llama-cpp-python.
         Generation also ends at an eos / eot / eom token (not returned) and before the context overflows.
         Returns a GenerationResult, or with stream=True a GenerationStream: an iterator of text pieces (complete
         UTF-8 only, stop strings held back while they may still form) whose `result` is set once it is exhausted.
@@ -293,7 +296,8 @@ class Model:
             raise ValueError(f"stop = {stop!r}: stop strings must be non-empty str")
         generator = self.generator(n_max=spec_n_max, temperature=temperature, top_k=top_k, top_p=top_p,
                                    min_p=min_p, seed=seed)
-        pieces = GenerationStream(decode(generator, self.tokenizer, self.n_ctx, ids, max_tokens, stops, cache_prompt))
+        pieces = GenerationStream(decode(generator, self.tokenizer, self.n_ctx, ids, max_tokens, stops, cache_prompt,
+                                         special))
         return pieces if stream else pieces.finish()
 
     def generator(self, n_max: int | None = None, temperature: float = 0.8, top_k: int = 40, top_p: float = 0.95,
@@ -355,6 +359,22 @@ class Model:
         memory of all), "rows" (the sequence length each resumes at, ascending), "bytes_each" (one checkpoint: the
         KDA conv windows and states of every trunk layer, and one hidden row), "max_count" (ctx_checkpoints)}."""
         return self._engine.checkpoint_stats()
+
+    def save_state(self) -> bytes:
+        """The whole sequence as bytes (llama.cpp's llama_state_seq_get_data, llama-cpp-python's save_state): its
+        tokens, the trunk's and the NextN layer's cache rows and its context checkpoints. A Model of the same file
+        given them by load_state resumes from them as this one would (see generate's cache_prompt). Format:
+        csrc/runtime/sequence_state.h; its size grows with the sequence (latent and indexer rows) and the
+        checkpoints (checkpoints()["bytes"])."""
+        return self._engine.save_state()
+
+    def load_state(self, data: bytes) -> None:
+        """Replace the sequence with one save_state returned (by this Model or another of the same file): a prompt
+        sharing a prefix with it then evaluates only the rest. Raises ValueError, naming what is wrong and keeping
+        the sequence as it was, for bytes that are not a saved sequence, a damaged one, one of another model, or
+        one longer than n_ctx."""
+        self._engine.load_state(bytes(data))
+        self._last = None
 
     @property
     def graph_traffic(self) -> dict[str, Any]:

@@ -5,6 +5,7 @@
 
 #include <optional>
 #include <stdexcept>
+#include <string_view>
 
 #include "graph/select_ops.h"
 #include "model/draft_weights.h"
@@ -248,6 +249,26 @@ a pending verify pass or for n_keep out of range.)doc")
                 return out;
             },
             "The draft layer's tensors requantized at load (draft_type q8_0 / q4_0): GGUF name -> ggml type name.")
+        .def("save_state", [](const Engine & e) {
+                std::vector<uint8_t> data;
+                {
+                    py::gil_scoped_release release;
+                    data = e.save_state();
+                }
+                return py::bytes(reinterpret_cast<const char *>(data.data()), data.size());
+            },
+            "save_state() -> bytes: the whole sequence (tokens, the trunk's and the NextN layer's cache rows, context "
+            "checkpoints; csrc/runtime/sequence_state.h), for load_state on an engine of the same model.")
+        .def("load_state", [](Engine & e, const py::bytes & data) {
+                const std::string_view view(data);
+                py::gil_scoped_release release;
+                e.load_state(reinterpret_cast<const uint8_t *>(view.data()), view.size());
+            },
+            py::arg("data"),
+            "load_state(data: bytes): replace the sequence with one save_state returned (on this engine or another of "
+            "the same model); a prompt sharing a prefix with it then resumes from it. Raises ValueError, naming what "
+            "is wrong and keeping the sequence as it was, for bytes that are not a saved sequence, a damaged one, one "
+            "of another model or one longer than n_ctx.")
         .def("reset", &Engine::reset, "Forget the sequence (caches cleared, n_past = 0).")
         .def_property_readonly("n_past", &Engine::n_past, "Tokens in the sequence.")
         .def_property_readonly("tokens", &Engine::tokens, "The sequence's tokens (one per trunk row), a copy.");

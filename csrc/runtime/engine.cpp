@@ -201,6 +201,55 @@ void Engine::reset() {
     if (draft_cache_) draft_cache_->clear();
 }
 
+std::vector<uint8_t> Engine::save_state() const {
+    check_no_pending_verify();
+    SequenceState s;
+    s.tokens = tokens_;
+    s.trunk = cache_.rows();
+    s.has_draft = draft_cache_ != nullptr;
+    if (draft_cache_) s.draft = draft_cache_->rows();
+    s.last_hidden = last_hidden_;
+    s.draft_from_trunk = draft_from_trunk_;
+    for (size_t i = 0; i < checkpoints_.size(); ++i) s.checkpoints.push_back(checkpoints_.at(i));
+    return serialize(s);
+}
+
+void Engine::load_state(const uint8_t * data, size_t size) {
+    check_no_pending_verify();
+    SequenceState s = deserialize(data, size);
+    auto misfit = [](const std::string & why) {
+        return std::invalid_argument("the saved sequence does not fit this model: " + why);
+    };
+    cache_.check_rows(s.trunk);
+    if (s.tokens.size() != s.trunk.n_past) throw misfit("its token count differs from its trunk rows");
+    check_tokens(s.tokens.data(), (int64_t) s.tokens.size());
+    if (s.has_draft != (draft_cache_ != nullptr)) {
+        throw misfit(s.has_draft ? "it has NextN draft rows and this model no NextN layer"
+                                 : "it has no NextN draft rows and this model a NextN layer");
+    }
+    if (draft_cache_) {
+        draft_cache_->check_rows(s.draft);  // drafted rows may run past the trunk's: they are rewritten
+    }
+    const size_t n_embd = model_.hp.n_embd;
+    if (s.last_hidden.size() != (s.trunk.n_past > 0 ? n_embd : 0)) throw misfit("its hidden state's length");
+    if (s.draft_from_trunk < 0 || s.draft_from_trunk > (int64_t) s.draft.n_past) throw misfit("its draft row count");
+    uint32_t previous = 0;
+    for (const Checkpoint & c : s.checkpoints) {
+        if (c.n_past() <= previous || c.n_past() > s.trunk.n_past) throw misfit("its checkpoints' rows");
+        if (c.trunk.bytes() != cache_.recurrent_bytes() || c.hidden.size() != n_embd) {
+            throw misfit("a checkpoint's recurrent state or hidden state has another size");
+        }
+        previous = c.n_past();
+    }
+    reset();
+    cache_.set_rows(s.trunk);
+    if (draft_cache_) draft_cache_->set_rows(s.draft);
+    tokens_ = std::move(s.tokens);
+    last_hidden_ = std::move(s.last_hidden);
+    draft_from_trunk_ = s.draft_from_trunk;
+    for (Checkpoint & c : s.checkpoints) checkpoints_.add(std::move(c));
+}
+
 void Engine::checkpoint() {
     check_no_pending_verify();
     if (cache_.n_past() == 0) throw std::logic_error("a checkpoint of an empty sequence");

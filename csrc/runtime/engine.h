@@ -13,6 +13,7 @@
 #include "model/model.h"
 #include "runtime/checkpoints.h"
 #include "runtime/seq_cache.h"
+#include "runtime/sequence_state.h"
 #include "runtime/traffic.h"
 
 namespace glm5next {
@@ -102,6 +103,14 @@ public:
     // leaves a gap, or n_ctx is exceeded.
     void draft_rows(const float * hidden, const int32_t * next_tokens, int64_t n, int64_t pos0,
                     const int32_t * saved_pools, int64_t saved_p0, bool from_trunk, DraftOutput & out);
+
+    // The whole sequence as bytes (runtime/sequence_state.h), and back: load_state replaces the sequence with the
+    // saved one, so that a prompt sharing a prefix with it resumes as it would on the engine that saved it. Both
+    // throw std::logic_error while a verify pass is pending; load_state throws std::invalid_argument, saying why
+    // and leaving the sequence as it was, for bytes that are not a saved sequence or one of another model (cache
+    // layout, embedding length, vocabulary) or longer than n_ctx.
+    std::vector<uint8_t> save_state() const;
+    void load_state(const uint8_t * data, size_t size);
 
     void reset();
     uint32_t n_past() const { return cache_.n_past(); }

@@ -1,5 +1,6 @@
 #include "runtime/seq_cache.h"
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <stdexcept>
@@ -134,6 +135,72 @@ void SeqCache::restore(const RecurrentState & state) {
         }
     }
     n_past_ = state.n_past;
+}
+
+size_t CacheRows::bytes() const {
+    size_t n = 0;
+    for (const auto & t : tensors) n += t.size() * sizeof(float);
+    return n;
+}
+
+std::vector<std::pair<ggml_tensor *, size_t>> SeqCache::parts(uint32_t n_past) const {
+    std::vector<std::pair<ggml_tensor *, size_t>> out;
+    const int64_t pools_begun = (n_past + hp_.idx_kpool - 1) / hp_.idx_kpool;
+    for (const LayerCache & c : layers_) {
+        for (ggml_tensor * t : {c.conv, c.state}) {
+            if (t != nullptr) out.emplace_back(t, (size_t) ggml_nelements(t));
+        }
+        for (ggml_tensor * t : {c.latent, c.idx_k, c.idx_g}) {
+            if (t != nullptr) out.emplace_back(t, (size_t) (t->ne[0] * n_past));
+        }
+        if (c.pooled != nullptr) {
+            out.emplace_back(c.pooled, (size_t) (c.pooled->ne[0] * std::min<int64_t>(pools_begun, c.pooled->ne[1])));
+        }
+    }
+    return out;
+}
+
+CacheRows SeqCache::rows() const {
+    if (verify_pending()) throw std::logic_error("rows saved while a verify pass awaits its commit");
+    CacheRows out;
+    out.n_past = n_past_;
+    for (const auto & [t, n] : parts(n_past_)) {
+        out.tensors.emplace_back(n);
+        if (n > 0) ggml_backend_tensor_get(t, out.tensors.back().data(), 0, n * sizeof(float));
+    }
+    return out;
+}
+
+void SeqCache::check_rows(const CacheRows & rows) const {
+    if (rows.n_past > n_ctx_) {
+        throw std::invalid_argument(std::to_string(rows.n_past) + " rows do not fit n_ctx = " + std::to_string(n_ctx_));
+    }
+    const auto want = parts(rows.n_past);
+    if (rows.tensors.size() != want.size()) {
+        throw std::invalid_argument(std::to_string(rows.tensors.size()) + " cache tensors where this model has " +
+                                    std::to_string(want.size()) + " (a sequence of another model)");
+    }
+    for (size_t i = 0; i < want.size(); ++i) {
+        if (rows.tensors[i].size() != want[i].second) {
+            throw std::invalid_argument(std::string("cache tensor ") + ggml_get_name(want[i].first) + " has " +
+                                        std::to_string(rows.tensors[i].size()) + " floats for " +
+                                        std::to_string(rows.n_past) + " rows where this model has " +
+                                        std::to_string(want[i].second) + " (a sequence of another model)");
+        }
+    }
+}
+
+void SeqCache::set_rows(const CacheRows & rows) {
+    if (verify_pending()) throw std::logic_error("rows set while a verify pass awaits its commit");
+    check_rows(rows);
+    clear();
+    const auto want = parts(rows.n_past);
+    for (size_t i = 0; i < want.size(); ++i) {
+        if (want[i].second > 0) {
+            ggml_backend_tensor_set(want[i].first, rows.tensors[i].data(), 0, want[i].second * sizeof(float));
+        }
+    }
+    n_past_ = rows.n_past;
 }
 
 void SeqCache::begin_verify(std::vector<KdaSnapshots> snapshots, uint32_t n_rows) {

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <map>
+#include <utility>
 #include <vector>
 
 #include "ggml-backend.h"
@@ -22,6 +23,15 @@ struct RecurrentState {
     uint32_t n_past = 0;
     std::vector<float> kda;
     size_t bytes() const { return kda.size() * sizeof(float); }
+};
+
+// The rows a sequence has written, copied to host memory, for saving it elsewhere (runtime/sequence_state.h):
+// n_past and, per cache tensor in layer order (conv, state, latent, idx_k, idx_g, pooled), the floats in use:
+// KDA conv windows and states whole, the latent and indexer rows [0, n_past), the pooled keys of the pools begun.
+struct CacheRows {
+    uint32_t n_past = 0;
+    std::vector<std::vector<float>> tensors;
+    size_t bytes() const;
 };
 
 class SeqCache {
@@ -60,6 +70,14 @@ public:
     // std::logic_error while a verify pass is pending, for a state past n_past or of another shape.
     void restore(const RecurrentState & state);
 
+    // The sequence's rows in host memory (no verify pass pending: throws std::logic_error).
+    CacheRows rows() const;
+    // Throws std::invalid_argument, naming what differs, when `rows` do not fit this cache: another tensor count or
+    // row width (a sequence of another model), more rows than n_ctx.
+    void check_rows(const CacheRows & rows) const;
+    // Replaces the sequence with `rows` (check_rows first; throws std::logic_error while a verify pass is pending).
+    void set_rows(const CacheRows & rows);
+
     // A computed verify graph appended n_rows rows provisionally and left `snapshots` (one per KDA layer, in its
     // compute buffer: nothing else may run until commit). n_past stays until commit.
     void begin_verify(std::vector<KdaSnapshots> snapshots, uint32_t n_rows);
@@ -71,6 +89,8 @@ public:
     void commit(uint32_t n_keep);
 
 private:
+    // Per cache tensor in CacheRows order: the tensor and how many of its floats a sequence of n_past rows uses.
+    std::vector<std::pair<ggml_tensor *, size_t>> parts(uint32_t n_past) const;
     void rollback_kda(const KdaSnapshots & s, int64_t n_rows, int64_t n_keep);
 
     const HParams & hp_;  // the model's, which outlives the cache

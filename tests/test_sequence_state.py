@@ -1,0 +1,104 @@
+"""A sequence saved as bytes and loaded into another Model of the same file (Model.save_state / load_state;
+csrc/runtime/sequence_state.h) resumes as the Model that saved it would: a prompt sharing a prefix evaluates only
+the rest, and the output, drafts and acceptance are those of a fresh sequence. Bytes that are not a saved sequence,
+a damaged one or one of another model are refused with a ValueError and the sequence is left as it was."""
+from __future__ import annotations
+
+import pytest
+
+from conftest import random_tokens
+from test_prompt_cache import CHECKPOINT_EVERY, FIRST, N_GEN, new_model
+
+
+@pytest.fixture(scope="module", params=["tiny-f32", "predictable-q8_0"])
+def gguf(request, checkpoints):
+    preset, outtype = request.param.split("-")
+    return checkpoints.convert(checkpoints.make(f"cache-{preset}", preset, dtype="f32"), outtype=outtype)
+
+
+@pytest.fixture(scope="module")
+def saver(gguf):
+    return new_model(gguf)
+
+
+@pytest.fixture(scope="module")
+def loader(gguf):
+    return new_model(gguf)
+
+
+@pytest.fixture(scope="module")
+def fresh(gguf):
+    return new_model(gguf)
+
+
+@pytest.mark.parametrize("spec_n_max", [0, 3])
+@pytest.mark.parametrize("split", [5, 30, 72, 80])
+def test_a_loaded_sequence_resumes_as_the_one_that_saved_it(saver, loader, fresh, split, spec_n_max):
+    """The prompt parts from the saved sequence inside the first pool (5: nothing to resume from), past a prefill
+    checkpoint (30), at the end of the saved prompt (72) and inside the tokens it generated (80)."""
+    kw = dict(temperature=0, spec_n_max=spec_n_max)
+    first = saver.generate(FIRST, max_tokens=N_GEN, **kw)
+    loader.generate(random_tokens(40, seed=7), max_tokens=2, **kw)  # something else to replace
+    loader.load_state(saver.save_state())
+    assert loader.tokens == saver.tokens and loader.checkpoints() == saver.checkpoints()
+    prompt = (FIRST + first.tokens)[:split] + random_tokens(10, seed=split)
+    hit = loader.generate(prompt, max_tokens=N_GEN, **kw)
+    on_saver = saver.generate(prompt, max_tokens=N_GEN, **kw)
+    want = fresh.generate(prompt, max_tokens=N_GEN, cache_prompt=False, **kw)
+    assert hit.tokens == on_saver.tokens == want.tokens
+    assert hit.metrics["n_cached_tokens"] == on_saver.metrics["n_cached_tokens"]
+    assert (hit.metrics["n_cached_tokens"] > 0) == (split >= CHECKPOINT_EVERY)
+    if spec_n_max:
+        for key in ("drafted_at", "accepted_at", "n_drafts"):
+            assert hit.metrics[key] == want.metrics[key], key
+
+
+def test_saving_a_loaded_sequence_gives_the_same_bytes(saver, loader):
+    saver.generate(FIRST, max_tokens=4, temperature=0)
+    data = saver.save_state()
+    loader.load_state(data)
+    assert loader.save_state() == data
+
+
+def test_an_empty_sequence_saves_and_loads(gguf, loader):
+    empty = new_model(gguf)
+    loader.generate(FIRST, max_tokens=2, temperature=0)
+    loader.load_state(empty.save_state())
+    assert loader.tokens == [] and loader.checkpoints()["count"] == 0
+    assert loader.generate(FIRST, max_tokens=2, temperature=0).metrics["n_cached_tokens"] == 0
+
+
+def damaged(data: bytes) -> list[tuple[str, bytes]]:
+    return [("empty", b""), ("magic", b"X" + data[1:]), ("version", data[:8] + b"\x09" + data[9:]),
+            ("cut at 16 bytes", data[:16]), ("cut in the middle", data[:len(data) // 2]),
+            ("last byte missing", data[:-1]), ("a byte too many", data + b"\0"),
+            ("huge token count", data[:12] + b"\xff\xff\xff\x7f" + data[16:])]
+
+
+@pytest.mark.parametrize("case", range(8))
+def test_damaged_bytes_are_refused_and_the_sequence_kept(saver, loader, case):
+    saver.generate(FIRST, max_tokens=4, temperature=0)
+    loader.generate(FIRST[:30], max_tokens=2, temperature=0)
+    before = loader.save_state()
+    name, data = damaged(saver.save_state())[case]
+    with pytest.raises(ValueError, match="saved|sequence"):
+        loader.load_state(data)
+    assert loader.save_state() == before, name
+
+
+def test_a_sequence_of_another_model_is_refused(checkpoints, saver, loader):
+    other = new_model(checkpoints.convert(checkpoints.make("state-other", "tiny", dtype="f32", seed=3,
+                                                           kv_lora_rank=24)))
+    other.generate(FIRST[:20], max_tokens=2, temperature=0)
+    before = loader.save_state()
+    with pytest.raises(ValueError, match="another model|does not fit"):
+        loader.load_state(other.save_state())
+    assert loader.save_state() == before
+
+
+def test_a_sequence_longer_than_the_context_is_refused(gguf, saver):
+    from glm5next_runtime import Model
+    saver.generate(FIRST, max_tokens=4, temperature=0)
+    small = Model(gguf, n_ctx=64, n_threads=2, checkpoint_every=CHECKPOINT_EVERY)
+    with pytest.raises(ValueError, match="n_ctx = 64"):
+        small.load_state(saver.save_state())
