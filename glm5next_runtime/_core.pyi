@@ -297,21 +297,42 @@ class Generator:
     speculation (runtime.md, draft-MTP round). Greedy output is the same with and without speculation; sampled
     output keeps the target distribution (speculative sampling).
     """
-    def __init__(self, engine: Engine, n_max: typing.SupportsInt | typing.SupportsIndex = 3, n_min: typing.SupportsInt | typing.SupportsIndex = 0, p_min: typing.SupportsFloat | typing.SupportsIndex = 0.0, index_share: typing.SupportsInt | typing.SupportsIndex = -1, synthetic_accepted: typing.SupportsFloat | typing.SupportsIndex = -1.0, temperature: typing.SupportsFloat | typing.SupportsIndex = 0.800000011920929, top_k: typing.SupportsInt | typing.SupportsIndex = 40, top_p: typing.SupportsFloat | typing.SupportsIndex = 0.949999988079071, min_p: typing.SupportsFloat | typing.SupportsIndex = 0.05000000074505806, seed: typing.SupportsInt | typing.SupportsIndex = 0) -> None:
+    def __init__(self, engine: Engine, n_max: typing.SupportsInt | typing.SupportsIndex = 3, n_min: typing.SupportsInt | typing.SupportsIndex = 0, p_min: typing.SupportsFloat | typing.SupportsIndex = 0.0, index_share: typing.SupportsInt | typing.SupportsIndex = -1, synthetic_accepted: typing.SupportsFloat | typing.SupportsIndex = -1.0, temperature: typing.SupportsFloat | typing.SupportsIndex = 0.800000011920929, top_k: typing.SupportsInt | typing.SupportsIndex = 40, top_p: typing.SupportsFloat | typing.SupportsIndex = 0.949999988079071, min_p: typing.SupportsFloat | typing.SupportsIndex = 0.05000000074505806, seed: typing.SupportsInt | typing.SupportsIndex = 0, n_probs: typing.SupportsInt | typing.SupportsIndex = -1, logit_bias: collections.abc.Sequence[tuple[typing.SupportsInt | typing.SupportsIndex, typing.SupportsFloat | typing.SupportsIndex]] = []) -> None:
         """
-        n_max: drafts per round (0 = no speculation); n_min: shorter drafts are not verified; p_min: drafting stops below this top probability; index_share: -1 file, 0 off, 1 on; synthetic_accepted: benchmarks only, a fixed mean number of accepted drafts per round (< 0 = off). Raises ValueError for speculation without a NextN layer, n_max >= n_batch, or bad sampler settings.
+        n_max: drafts per round (0 = no speculation); n_min: shorter drafts are not verified; p_min: drafting stops below this top probability; index_share: -1 file, 0 off, 1 on; synthetic_accepted: benchmarks only, a fixed mean number of accepted drafts per round (< 0 = off). Raises ValueError for speculation without a NextN layer, n_max >= n_batch, or bad sampler settings. n_probs >= 0: report log-probabilities (probs), with the n_probs most probable tokens'; < 0: none. logit_bias: [(token id, bias)] added to the logits of every row (a token listed twice gets both; -inf bans it); ValueError for an id outside the vocabulary, a NaN or +inf bias.
+        """
+    def begin_draft(self, max_tokens: typing.SupportsInt | typing.SupportsIndex = 9223372036854775807) -> int:
+        """
+        draft() step by step, for drafts under a grammar: write the pending draft rows and run the draft head's step 0; returns how many drafts this round may have (0 without speculation). draft_next() drafts them, verify() must follow. Raises as draft().
+        """
+    def draft(self, max_tokens: typing.SupportsInt | typing.SupportsIndex = 9223372036854775807) -> list[int]:
+        """
+        The first half of a round, for constrained generation: the drafts step() would verify (none without speculation), unverified. verify() must follow. Raises ValueError as step(), or when the last drafts were not verified.
+        """
+    def draft_next(self, mask: typing.Any = None) -> int:
+        """
+        The next draft token, drawn from the draft head's logits with `mask` (uint32 [ceil(n_vocab / 32)], the tokens the grammar allows after the drafts so far; None: all) applied, or -1 once this round's drafting stopped (its limit, or below p_min). Raises ValueError without begin_draft() or for a mask of another dtype or shape.
         """
     def finish(self) -> None:
         """
         End the generation: write the NextN layer's rows still pending for evaluated tokens, so that a later prompt extending this sequence resumes at its end (start(cache_prompt=True)). Optional.
         """
-    def start(self, prompt: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], cache_prompt: bool = False) -> int:
+    def start(self, prompt: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], cache_prompt: bool = False, mask: typing.Any = None) -> int:
         """
-        Evaluate `prompt` (list of ids) and return the first sampled token. cache_prompt=False resets the sequence first; True keeps the longest prefix of the prompt the sequence can resume from (its current rows or a context checkpoint) and evaluates only the rest (stats n_cached_tokens). Raises ValueError for an empty prompt, an id outside the vocabulary or a prompt longer than the context.
+        Evaluate `prompt` (list of ids) and return the first sampled token. cache_prompt=False resets the sequence first; True keeps the longest prefix of the prompt the sequence can resume from (its current rows or a context checkpoint) and evaluates only the rest (stats n_cached_tokens). Raises ValueError for an empty prompt, an id outside the vocabulary or a prompt longer than the context. mask: uint32 [ceil(n_vocab / 32)] bitmask of the tokens the first one may be (token t allowed iff bit t % 32 of word t / 32 is set), or None.
         """
     def step(self, max_tokens: typing.SupportsInt | typing.SupportsIndex = 9223372036854775807) -> list[int]:
         """
         One round: returns the tokens it emits (accepted drafts, then the target's token), at most max_tokens (the tokens the caller may still use: drafts are capped so that every one can serve the reply, and the statistics count only those). Raises ValueError before start() or when the context is full.
+        """
+    def verify(self, n_keep: typing.SupportsInt | typing.SupportsIndex, masks: typing.Any = None) -> list[int]:
+        """
+        The second half: verify the first n_keep drafts of the round and return the emitted tokens as step() does. masks: uint32 [n_keep + 1, ceil(n_vocab / 32)], row i the bitmask of the tokens allowed after drafts[:i] (the target's disallowed logits become -inf before acceptance and sampling), or None. Drafts left out must start with one that row n_keep disallows (it counts as rejected: the token comes from speculative sampling's residual, so sampling stays exact). Raises ValueError without drafts to verify, for n_keep outside [0, len(drafts)] or masks of another dtype or shape.
+        """
+    @property
+    def probs(self) -> list:
+        """
+        With n_probs >= 0: per token the last start(), step() or verify() returned, (token, logprob, [(id, logprob) of the n_probs most probable tokens, most probable first]): natural-log softmax of the raw logits of the target row that produced it (before the sampler's filters and temperature; csrc/runtime/token_probs.h). Empty with n_probs < 0.
         """
     @property
     def room(self) -> int:

@@ -50,11 +50,14 @@ class ChatTemplate:
             raise ChatTemplateError(f"the chat template does not parse: {e}") from None
         self._specials = dict(bos_token=bos_token, eos_token=eos_token)
 
-    def render(self, messages: Sequence[Mapping[str, Any]], variables: Mapping[str, Any] | None = None) -> str:
-        """The prompt for `messages` with add_generation_prompt=True. `variables`: more template variables (e.g.
-        enable_thinking; they cannot replace messages or add_generation_prompt). Raises ChatTemplateError when the
-        template fails on them."""
-        context = {**self._specials, **(variables or {}), "messages": list(messages), "add_generation_prompt": True}
+    def render(self, messages: Sequence[Mapping[str, Any]], variables: Mapping[str, Any] | None = None,
+               add_generation_prompt: bool = True) -> str:
+        """The prompt for `messages`, ending with the assistant's header (the template's add_generation_prompt)
+        unless add_generation_prompt is False. `variables`: more template variables (e.g. enable_thinking; they
+        cannot replace messages or add_generation_prompt). Raises ChatTemplateError when the template fails on
+        them."""
+        context = {**self._specials, **(variables or {}), "messages": list(messages),
+                   "add_generation_prompt": add_generation_prompt}
         try:
             return self._template.render(context)
         except ChatTemplateError:

@@ -3,13 +3,14 @@ from __future__ import annotations
 
 import copy
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from . import _core
-from .generate import GenerationResult, GenerationStream, decode
+from .generate import GenerationResult, GenerationStream, TokenLogprob, decode, end_of_generation_ids
+from .grammar import Grammar, constraint_for
 from .draft import DraftResult, draft, selected_positions
 from .placement import CPU, plan_placement
 from .prompt import check_prompt
@@ -264,7 +265,10 @@ class Model:
                  top_p: float = 0.95, min_p: float = 0.05, seed: int | None = None,
                  stop: str | Sequence[str] | None = None, stream: bool = False,
                  spec_n_max: int | None = None, cache_prompt: bool = True,
-                 special: bool = False) -> GenerationResult | GenerationStream:
+                 special: bool = False, logprobs: int | None = None, grammar: str | Grammar | None = None,
+                 json_schema: Mapping[str, Any] | str | bool | None = None,
+                 logit_bias: Mapping[int, float] | Sequence[tuple[int, float]] | None = None,
+                 ) -> GenerationResult | GenerationStream:
         """Continue `prompt`: evaluate the prompt, then generate round by round (one token per round, or with
         draft-MTP the accepted drafts and the target's token).
 
@@ -280,12 +284,25 @@ class Model:
             False starts over. The output is the same either way.
         special: show generated control tokens ([MASK], <|user|>, ...) in the text; by default they are generated
             and counted but render as nothing, as in llama-server without --special and llama-cpp-python.
+        logprobs: None: none; N >= 0: the result's `logprobs` (and the stream's, as they come) hold, per generated
+            token, its log-probability under the target model and the N most probable tokens' (a TokenLogprob:
+            natural log, before the sampler's filters and temperature; the same with and without speculation).
+        grammar, json_schema: structured output (glm5next_runtime.grammar, llguidance): every generated token is
+            one the grammar allows, with draft-MTP too (drafted under the grammar's masks; greedy output is the
+            same with and without speculation). grammar: llama.cpp's GBNF (root rule `root`) or llguidance's
+            Lark (`start`), or a compiled Grammar; json_schema: a JSON schema (dict or JSON text; true or {}: any
+            JSON value). The text is complete when the model ends it (an end token, allowed only there); max_tokens
+            can cut it short (finish_reason "length"). logprobs stay the model's own, before the grammar.
+        logit_bias: {token id: bias} or [(token id, bias)], added to the target's logits (and the draft head's)
+            before sampling; -inf bans a token. A token listed twice gets both.
         Generation also ends at an eos / eot / eom token (not returned) and before the context overflows.
         Returns a GenerationResult, or with stream=True a GenerationStream: an iterator of text pieces (complete
         UTF-8 only, stop strings held back while they may still form) whose `result` is set once it is exhausted.
-        Raises ValueError (before anything runs) for max_tokens < 0, an empty stop string or invalid sampler
-        settings, and a PromptError (a ValueError, see glm5next_runtime.prompt) for an empty prompt, one longer
-        than n_ctx (a prompt of exactly n_ctx tokens generates nothing) or an id outside the vocab.
+        Raises ValueError (before anything runs) for max_tokens < 0, logprobs < 0, an empty stop string, invalid
+        sampler settings, a logit_bias token outside the vocab or a NaN or +inf bias, a GrammarError (a ValueError)
+        for a grammar or schema that does not compile or both given, and a PromptError (a ValueError, see
+        glm5next_runtime.prompt) for an empty prompt, one longer than n_ctx (a prompt of exactly n_ctx tokens
+        generates nothing) or an id outside the vocab.
         """
         ids = self.tokenize(prompt, add_special=True) if isinstance(prompt, str) else [int(t) for t in prompt]
         check_prompt(ids, self.n_ctx, self.n_vocab)
@@ -294,20 +311,27 @@ class Model:
         stops = [stop] if isinstance(stop, str) else list(stop or ())
         if not all(isinstance(s, str) and s for s in stops):
             raise ValueError(f"stop = {stop!r}: stop strings must be non-empty str")
+        if logprobs is not None and logprobs < 0:
+            raise ValueError(f"logprobs = {logprobs}: must be >= 0 (None: no log-probabilities)")
+        constraint = constraint_for(self.tokenizer, end_of_generation_ids(self.tokenizer), grammar, json_schema)
         generator = self.generator(n_max=spec_n_max, temperature=temperature, top_k=top_k, top_p=top_p,
-                                   min_p=min_p, seed=seed)
+                                   min_p=min_p, seed=seed, n_probs=logprobs, logit_bias=logit_bias)
+        tokens: list[int] = []
+        entries: list[TokenLogprob] | None = None if logprobs is None else []
         pieces = GenerationStream(decode(generator, self.tokenizer, self.n_ctx, ids, max_tokens, stops, cache_prompt,
-                                         special))
+                                         special, tokens, entries, constraint), tokens, entries)
         return pieces if stream else pieces.finish()
 
     def generator(self, n_max: int | None = None, temperature: float = 0.8, top_k: int = 40, top_p: float = 0.95,
                   min_p: float = 0.05, seed: int | None = None, index_share: str | None = None,
                   n_min: int | None = None, p_min: float | None = None,
-                  synthetic_accepted: float = -1.0) -> _core.Generator:
+                  synthetic_accepted: float = -1.0, n_probs: int | None = None,
+                  logit_bias: Mapping[int, float] | Sequence[tuple[int, float]] | None = None) -> _core.Generator:
         """A native generation loop on this model's sequence (what Model.generate drives): its `start(prompt ids,
         cache_prompt=False)` evaluates the prompt (resetting the sequence, or resuming from a shared prefix) and
         returns the first token; each `step()` runs one round and
-        returns the tokens it emits; `room` and `stats` as in _core.Generator.
+        returns the tokens it emits (or `draft()` then `verify(n_keep, masks)`, the round cut in two for a grammar's
+        masks, see grammar.Constraint.step); `room` and `stats` as in _core.Generator.
 
         n_max: drafts per round (0 = no speculation); None keeps the model's (draft_n_max, 0 with spec_type none).
         temperature, top_k, top_p, min_p, seed: the sampler (see _core.Sampler; temperature <= 0 is greedy, seed
@@ -317,8 +341,12 @@ class Model:
             None keeps the model's (draft_n_min, draft_p_min).
         synthetic_accepted: benchmarks only, a fixed mean number of accepted drafts per round (< 0: real
             acceptance).
+        n_probs: report the log-probability of every emitted token and of the n_probs most probable tokens at
+            its position (`probs` after each start and step); None: none.
+        logit_bias: {token id: bias} or [(token id, bias)] added to every row's logits (-inf bans); None: none.
         Use one generator at a time: each shares the model's sequence. Raises ValueError for an unknown
-        index_share, drafting (n_max > 0) without a NextN layer, n_max >= n_batch or invalid sampler settings.
+        index_share, drafting (n_max > 0) without a NextN layer, n_max >= n_batch, invalid sampler settings, or a
+        logit_bias token outside the vocab or a NaN or +inf bias.
         """
         if index_share is not None and index_share not in INDEX_SHARE:
             raise ValueError(f"index_share {index_share!r}: expected auto, on or off")
@@ -332,8 +360,10 @@ class Model:
                 spec[key] = value
         if seed is None:
             seed = int.from_bytes(os.urandom(8), "little")
+        bias = list(logit_bias.items()) if isinstance(logit_bias, Mapping) else list(logit_bias or ())
         return _core.Generator(self._engine, **spec, synthetic_accepted=synthetic_accepted,
-                               temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed)
+                               temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed,
+                               n_probs=-1 if n_probs is None else n_probs, logit_bias=bias)
 
     @property
     def devices(self) -> list[str]:

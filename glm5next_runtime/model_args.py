@@ -54,7 +54,7 @@ def list_devices_if_asked(prog: str, argv: Sequence[str] | None) -> None:
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
     """Add -m, -md, -c, -t, -b, --rpc, --list-devices, the placement flags, the speculation flags, --override-kv,
-    --seed and --ctx-checkpoints to `p`."""
+    --seed, --ctx-checkpoints and --checkpoint-every-n-tokens to `p`."""
     p.add_argument("-m", "--model", required=True, metavar="FILE", help="the glm5next .gguf file")
     p.add_argument("-md", "--model-draft", metavar="FILE",
                    help="separate draft file (converted with --mtp-only) whose NextN layer drafts for -m")
@@ -105,6 +105,9 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ctx-checkpoints", "--swa-checkpoints", type=int, default=32, metavar="N",
                    help="context checkpoints kept per sequence (KDA states a later prompt sharing a prefix resumes "
                         "from; host memory, see the load report) (32)")
+    p.add_argument("-cpent", "--checkpoint-every-n-tokens", type=int, default=8192, metavar="N",
+                   help="while prefilling, a context checkpoint every N tokens besides the one at the end of every "
+                        "prompt (8192)")
 
 
 def model_kwargs(args: argparse.Namespace) -> dict[str, Any]:
@@ -118,7 +121,7 @@ def model_kwargs(args: argparse.Namespace) -> dict[str, Any]:
                 devices=split_list(args.device) if args.device else None, split_mode=args.split_mode,
                 tensor_split=parse_tensor_split(args.tensor_split), main_gpu=args.main_gpu,
                 draft_device=args.device_draft, ctx_checkpoints=args.ctx_checkpoints,
-                batch_invariant=args.batch_invariant)
+                checkpoint_every=args.checkpoint_every_n_tokens, batch_invariant=args.batch_invariant)
 
 
 def request_seed(args: argparse.Namespace) -> int | None:

@@ -212,13 +212,14 @@ class Tokenizer:
         ids = [self._check_id(i) for i in ids]
         return self._tok.decode(ids, skip_special_tokens=skip_special)
 
-    def token_to_piece(self, token_id: int) -> bytes:
+    def token_to_piece(self, token_id: int, special: bool = True) -> bytes:
         """The exact bytes token `token_id` stands for (may be part of a UTF-8 sequence): concatenating the pieces
         of a sequence gives its UTF-8 text. Added tokens give their text, unused padding tokens b"".
-        Raises ValueError for an id outside the vocab."""
+        special=False renders control tokens as b"" (llama.cpp's token_to_piece without `special`: what
+        llama-server and llama-cpp-python show of a generation). Raises ValueError for an id outside the vocab."""
         i = self._check_id(token_id)
         ty = self._types[i]
-        if ty == UNUSED:
+        if ty == UNUSED or (ty == CONTROL and not special):
             return b""
         text = self._tokens[i]
         if ty in (CONTROL, USER_DEFINED):

@@ -10,7 +10,7 @@ import pytest
 
 from conftest import random_tokens
 
-PROMPT = random_tokens(80, seed=21)  # index_topk is 16: 5x past it, so sparsity is exercised
+PROMPT = random_tokens(120, seed=21)  # index_topk is 16: 7x past it, so sparsity is exercised
 
 
 @pytest.fixture(scope="module")
@@ -29,8 +29,9 @@ def devices(rpc_servers):
 
 # How run() feeds the prompt: single rows before any pool is complete and while fewer than index_topk / kpool
 # pools are candidates (attention over gathered rows, non-candidates masked), one large ubatch (one masked dense
-# pass), a 4-row ubatch whose first rows cannot see the pool its last row completes (as a verify pass), single rows.
-CHUNKS = [1] * 18 + [56, 4] + [1] * 2
+# pass), a 4-row ubatch whose first rows cannot see the pool its last row completes (as a verify pass), single rows,
+# and a large ubatch past max_dense_keys (75 keys here: it gathers, sparse prefill).
+CHUNKS = [1] * 18 + [56, 4] + [1] * 2 + [40]
 
 
 def run(model):

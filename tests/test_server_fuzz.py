@@ -133,7 +133,7 @@ def server(checkpoints, tmp_path_factory):
     gguf: Path = checkpoints.convert(checkpoints.make("server-no-nextn", "tiny", dtype="f32", nextn=False),
                                      outtype="f32")
     server = Server(gguf, tmp_path_factory.mktemp("fuzz") / "server.log", "--max-body-mib", "1", "-np", "2",
-                    n_ctx=N_CTX)
+                    n_ctx=2 * N_CTX)  # the slots share -c: N_CTX each
     yield server
     server.stop()
 

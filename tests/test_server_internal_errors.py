@@ -10,7 +10,8 @@ from starlette.testclient import TestClient
 
 from glm5next_runtime import Model
 from glm5next_runtime.generate import GenerationStream
-from glm5next_runtime.server.app import ServerConfig, create_app
+from glm5next_runtime.server.app import create_app
+from glm5next_runtime.server.config import ServerConfig
 from glm5next_runtime.server.errors import INTERNAL
 from glm5next_runtime.server.slots import SlotPool
 

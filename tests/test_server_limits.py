@@ -32,7 +32,8 @@ def small(plain_gguf, tmp_path_factory):
 @pytest.fixture(scope="module")
 def default(plain_gguf, tmp_path_factory):
     """Default limits (16 MiB bodies), two slots."""
-    server = Server(plain_gguf, tmp_path_factory.mktemp("default") / "server.log", "-np", "2")
+    server = Server(plain_gguf, tmp_path_factory.mktemp("default") / "server.log", "-np", "2",
+                    n_ctx=2 * N_CTX)  # the slots share -c: N_CTX each
     yield server
     server.stop()
 

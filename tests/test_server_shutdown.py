@@ -37,7 +37,7 @@ def wait_for(check, limit: float = TIMEOUT) -> None:
 def deferred(server: Server) -> int:
     text = get(server, "/metrics")[1].decode()
     return int(float(next(line.split()[1] for line in text.splitlines()
-                          if line.startswith("glm5next_requests_deferred "))))
+                          if line.startswith("llamacpp:requests_deferred "))))
 
 
 def stream_events(server: Server, out: list) -> None:
@@ -52,7 +52,7 @@ def stream_events(server: Server, out: list) -> None:
 
 
 def test_stopping_answers_queued_requests_503_and_cuts_running_ones_after_the_grace(gguf, tmp_path):
-    server = Server(gguf, tmp_path / "server.log", "-np", "2", n_ctx=N_CTX)
+    server = Server(gguf, tmp_path / "server.log", "-np", "2", "--metrics", n_ctx=2 * N_CTX)  # N_CTX each
     try:
         results: dict[str, tuple[int, dict, float]] = {}
 

@@ -1,6 +1,8 @@
 """The C++ trunk against transformers 5.23 (logits, post-norm hidden state, the indexer's selected rows) and
 against llama-cpp-python 0.3.36 on the same file, over sequences of at least 4 x index_topk tokens, so that
-sparse selection decides what every later row attends."""
+sparse selection decides what every later row attends. A prompt ubatch attends densely (one masked pass over every
+key) up to max_dense_keys (csrc/graph/blocks.h, about 4 x the keys a row selects) and gathers each row's selected
+keys past it (sparse prefill): the "sparse" cases are long enough for the second."""
 from __future__ import annotations
 
 import numpy as np
@@ -13,10 +15,14 @@ F32_BOUND = 1e-4
 PRESETS = ["tiny", "shared", "kpool8", "notail", "groups", "dense-sparse"]
 
 
-def n_tokens_for(ckpt) -> int:
+CASES = [(p, "dense") for p in PRESETS] + [(p, "sparse") for p in ("tiny", "shared", "kpool8", "notail")]
+
+
+def n_tokens_for(ckpt, depth: str = "dense") -> int:
+    """4 x index_topk + 7 tokens stay under max_dense_keys; 8 x index_topk + 7 go past it."""
     import json
     topk = json.loads((ckpt / "config.json").read_text())["text_config"]["index_topk"]
-    return 4 * topk + 7
+    return (4 if depth == "dense" else 8) * topk + 7
 
 
 def load(path, **kw):
@@ -24,11 +30,12 @@ def load(path, **kw):
     return Model(str(path), n_ctx=512, n_threads=2, **kw)
 
 
-@pytest.fixture(scope="module", params=PRESETS)
+@pytest.fixture(scope="module", params=CASES, ids=[f"{p}-{d}" for p, d in CASES])
 def case(request, checkpoints):
-    ckpt = checkpoints.make(f"trunk-{request.param}", request.param, dtype="f32")
+    preset, depth = request.param
+    ckpt = checkpoints.make(f"trunk-{preset}", preset, dtype="f32")
     path = checkpoints.convert(ckpt, outtype="f32", arch="glm5-next")
-    tokens = random_tokens(n_tokens_for(ckpt), seed=1)
+    tokens = random_tokens(n_tokens_for(ckpt, depth), seed=1)
     return ckpt, path, tokens, hf_trunk(ckpt, tokens)
 
 

@@ -1,5 +1,6 @@
 #include "graph/blocks.h"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -201,6 +202,23 @@ Selection BlockBuilder::indexer(ggml_tensor * x, ggml_tensor * qr, const LayerWe
     return Selection{kpool_top_k_std(ctx, scores, kpool_inputs->n_cand, params.kpool.n_top_pool), &params.kpool, true};
 }
 
+ggml_tensor * BlockBuilder::attend_gathered(ggml_tensor * q_abs, const LayerWeights & w, ggml_tensor * latent,
+                                           const Selection & sel, int64_t r0, int64_t n) const {
+    const int64_t kvr = hp.kv_lora_rank, n_sel = sel.rows->ne[0];
+    ggml_tensor * rows = sel.rows, * mask = sel.rows_mask, * q = q_abs;  // the whole ubatch when one chunk
+    if (n < T) {
+        rows = ggml_view_2d(ctx, rows, n_sel, n, rows->nb[1], r0 * rows->nb[1]);
+        mask = ggml_view_4d(ctx, mask, n_sel, 1, 1, n, mask->nb[1], mask->nb[2], mask->nb[3], r0 * mask->nb[3]);
+        q = ggml_view_3d(ctx, q, kvr, n, q->ne[2], q->nb[1], q->nb[2], r0 * q->nb[1]);
+    }
+    ggml_tensor * k = ggml_get_rows(ctx, latent, ggml_reshape_1d(ctx, rows, n_sel * n));
+    k = ggml_reshape_4d(ctx, k, kvr, n_sel, 1, n);
+    ggml_tensor * kq = ggml_mul_mat(ctx, k, ggml_permute(ctx, q, 0, 3, 2, 1));          // [n_sel, 1, nh, n]
+    kq = ggml_soft_max_ext(ctx, kq, mask, 1.0f / std::sqrt((float) hp.head_k_mla), 0.0f);
+    ggml_tensor * kqv = ggml_mul_mat(ctx, ggml_cont(ctx, ggml_transpose(ctx, k)), kq);  // [kvr, 1, nh, n]
+    return ggml_mul_mat(ctx, w.wv_b, kqv);                                              // [v, 1, nh, n]
+}
+
 // Sparse MLA over the latent (model.md, DSA), W_kb absorbed into the query and W_vb applied after.
 ggml_tensor * BlockBuilder::dsa(ggml_tensor * x, const LayerWeights & w, const LayerCache & c, bool run_indexer,
                                 Selection & sel) const {
@@ -216,7 +234,7 @@ ggml_tensor * BlockBuilder::dsa(ggml_tensor * x, const LayerWeights & w, const L
 
     ggml_tensor * q_abs = mm(w.wk_b, ggml_permute(ctx, q, 0, 2, 1, 3));  // [kvr, T, nh]
     ggml_tensor * o;
-    if (T <= kGatherMaxRows) {
+    if (T <= kGatherMaxRows || n_kv > max_dense_keys(hp)) {
         if (sel.rows == nullptr && sel.std_ops) {
             kpool_inputs->add_tail(ctx, hp);
             kpool_rows_std(ctx, sel.pools, *kpool_inputs, hp.idx_kpool, n_kv, &sel.rows, &sel.rows_mask);
@@ -224,14 +242,15 @@ ggml_tensor * BlockBuilder::dsa(ggml_tensor * x, const LayerWeights & w, const L
             sel.rows = kpool_rows(ctx, sel.pools, sel.at);
             sel.rows_mask = kpool_rows_mask(ctx, sel.pools, sel.at);
         }
-        const int64_t n_sel = sel.rows->ne[0];
         ggml_tensor * latent = ggml_view_2d(ctx, c.latent, kvr, n_kv, c.latent->nb[1], 0);
-        ggml_tensor * k = ggml_get_rows(ctx, latent, ggml_reshape_1d(ctx, sel.rows, n_sel * T));
-        k = ggml_reshape_4d(ctx, k, kvr, n_sel, 1, T);
-        ggml_tensor * kq = ggml_mul_mat(ctx, k, ggml_permute(ctx, q_abs, 0, 3, 2, 1));     // [n_sel, 1, nh, T]
-        kq = ggml_soft_max_ext(ctx, kq, sel.rows_mask, 1.0f / std::sqrt((float) nope), 0.0f);
-        ggml_tensor * kqv = ggml_mul_mat(ctx, ggml_cont(ctx, ggml_transpose(ctx, k)), kq);  // [kvr, 1, nh, T]
-        o = ggml_mul_mat(ctx, w.wv_b, kqv);                                                 // [v, 1, nh, T]
+        const int64_t by_bytes = kGatherChunkBytes / (kvr * sel.rows->ne[0] * (int64_t) sizeof(float));
+        const int64_t chunk = std::max<int64_t>({1, std::min(by_bytes, kGatherChunkRows),
+                                                 (T + kGatherMaxChunks - 1) / kGatherMaxChunks});
+        o = nullptr;
+        for (int64_t r0 = 0; r0 < T; r0 += chunk) {
+            ggml_tensor * part = attend_gathered(q_abs, w, latent, sel, r0, std::min(chunk, T - r0));
+            o = o ? ggml_concat(ctx, o, part, 3) : part;  // [v, 1, nh, T]
+        }
     } else {
         if (sel.mask == nullptr) {
             sel.mask = kpool_mask(ctx, sel.pools, n_kv, sel.at);

@@ -35,8 +35,24 @@ struct Selection {
 };
 
 // Up to this many rows per ubatch, attention gathers each row's selected keys (cost ~ index_topk per row); above
-// it, one masked pass over every cached row serves all rows at once.
+// it, one masked pass over every cached row serves all rows at once, until the context holds kSparseMinKeyRatio
+// times the rows a query selects: from there a prefill ubatch gathers too (sparse prefill: its cost stays
+// ~index_topk per row at any depth instead of growing with it), in chunks of at most kGatherChunkRows rows whose
+// gathered keys take at most kGatherChunkBytes, or in kGatherMaxChunks chunks when that makes them longer (the
+// graph's node budget, graph_size).
 constexpr int64_t kGatherMaxRows = 16;
+constexpr int64_t kSparseMinKeyRatio = 4;
+constexpr int64_t kGatherChunkBytes = 64ll << 20;
+constexpr int64_t kGatherMaxChunks = 16;
+constexpr int64_t kGatherChunkRows = 64;
+
+// The most keys (n_past + ubatch rows) a ubatch of more than kGatherMaxRows rows attends densely; past it, it
+// gathers. The dense pass's buffers grow with the keys, so a ubatch's compute buffers peak here or at the end of
+// the context (Engine::reserve sizes them for both).
+inline int64_t max_dense_keys(const HParams & hp) {
+    const int64_t kpool = hp.idx_kpool;
+    return kSparseMinKeyRatio * (hp.idx_top_k / kpool * kpool + (hp.idx_select_tail ? kpool - 1 : 0)) - 1;
+}
 
 // Nodes a glm5next graph (trunk or draft head) needs at most, for sizing the context and the graph.
 inline size_t graph_size(const HParams & hp) { return 2048 + 384 * (size_t) hp.n_layer_all; }
@@ -89,6 +105,9 @@ public:
                       Selection & sel) const;
 
 private:
+    // Attention of rows [r0, r0 + n) of the ubatch over their gathered keys: o [head_v, 1, n_head, n].
+    ggml_tensor * attend_gathered(ggml_tensor * q_abs, const LayerWeights & w, ggml_tensor * latent,
+                                  const Selection & sel, int64_t r0, int64_t n) const;
     ggml_tensor * conv(ggml_tensor * x, ggml_tensor * proj, ggml_tensor * kernel, ggml_tensor * conv_cache, int part,
                        ggml_tensor ** xt_out) const;
     Selection indexer(ggml_tensor * x, ggml_tensor * qr, const LayerWeights & w, const LayerCache & c) const;

@@ -1,6 +1,11 @@
 // Python bindings of generation with and without draft-MTP speculation: _core.Generator.
+#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
+
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "runtime/speculative.h"
 
@@ -10,6 +15,31 @@ using glm5next::Engine;
 using glm5next::Generator;
 
 namespace {
+
+using mask_array = py::array_t<uint32_t, py::array::c_style>;
+
+// A token bitmask of `rows` rows (uint32 [rows, mask_words(n_vocab)], or [mask_words] for one row), contiguous, or
+// None (nullptr). Any other dtype or shape is a ValueError naming `name`: a cast of an int32 mask would be silent.
+const uint32_t * mask_rows(const py::object & obj, int64_t rows, int64_t n_vocab, const char * name,
+                           mask_array & keep) {
+    if (obj.is_none()) return nullptr;
+    const py::array a = py::array::ensure(obj);
+    if (!a) throw py::value_error(std::string(name) + ": expected a numpy array");
+    if (!a.dtype().is(py::dtype::of<uint32_t>())) {
+        throw py::value_error(std::string(name) + ": dtype must be uint32 (view an int32 bitmask with "
+                              ".view(np.uint32)), got " + std::string(py::str(a.dtype())));
+    }
+    const int64_t words = glm5next::mask_words(n_vocab);
+    const bool one_row = rows == 1 && a.ndim() == 1 && a.shape(0) == words;
+    if (!one_row && !(a.ndim() == 2 && a.shape(0) == rows && a.shape(1) == words)) {
+        std::string shape;
+        for (py::ssize_t i = 0; i < a.ndim(); ++i) shape += (i ? ", " : "") + std::to_string(a.shape(i));
+        throw py::value_error(std::string(name) + ": expected shape [" + std::to_string(rows) + ", " +
+                              std::to_string(words) + "] (rows, ceil(n_vocab / 32)), got [" + shape + "]");
+    }
+    keep = mask_array::ensure(a);
+    return keep.data();
+}
 
 py::dict stats_dict(const glm5next::SpecStats & s) {
     py::dict d;
@@ -39,32 +69,98 @@ void bind_generator(py::module_ & mod) {
 speculation (runtime.md, draft-MTP round). Greedy output is the same with and without speculation; sampled
 output keeps the target distribution (speculative sampling).)doc")
         .def(py::init([](Engine & engine, int n_max, int n_min, float p_min, int index_share, float synthetic_accepted,
-                         float temperature, int top_k, float top_p, float min_p, uint64_t seed) {
+                         float temperature, int top_k, float top_p, float min_p, uint64_t seed, int n_probs,
+                         const std::vector<std::pair<int32_t, float>> & logit_bias) {
+                 std::vector<glm5next::LogitBias> bias;
+                 for (const auto & [token, b] : logit_bias) bias.push_back({token, b});
                  return new Generator(engine, {n_max, n_min, p_min, index_share, synthetic_accepted},
-                                      {temperature, top_k, top_p, min_p, seed});
+                                      {temperature, top_k, top_p, min_p, seed}, n_probs, std::move(bias));
              }),
              py::arg("engine"), py::arg("n_max") = 3, py::arg("n_min") = 0, py::arg("p_min") = 0.0f,
              py::arg("index_share") = -1, py::arg("synthetic_accepted") = -1.0f, py::arg("temperature") = 0.8f,
              py::arg("top_k") = 40, py::arg("top_p") = 0.95f, py::arg("min_p") = 0.05f, py::arg("seed") = 0,
+             py::arg("n_probs") = -1, py::arg("logit_bias") = std::vector<std::pair<int32_t, float>>(),
              py::keep_alive<1, 2>(),
              "n_max: drafts per round (0 = no speculation); n_min: shorter drafts are not verified; p_min: drafting "
              "stops below this top probability; index_share: -1 file, 0 off, 1 on; synthetic_accepted: benchmarks "
              "only, a fixed mean number of accepted drafts per round (< 0 = off). Raises ValueError for speculation "
-             "without a NextN layer, n_max >= n_batch, or bad sampler settings.")
-        .def("start", &Generator::start, py::arg("prompt"), py::arg("cache_prompt") = false,
-             py::call_guard<py::gil_scoped_release>(),
+             "without a NextN layer, n_max >= n_batch, or bad sampler settings. n_probs >= 0: "
+             "report log-probabilities (probs), with the n_probs most probable tokens'; < 0: none. logit_bias: "
+             "[(token id, bias)] added to the logits of every row (a token listed twice gets both; -inf bans it); "
+             "ValueError for an id outside the vocabulary, a NaN or +inf bias.")
+        .def("start",
+             [](Generator & g, const std::vector<int32_t> & prompt, bool cache_prompt, const py::object & mask) {
+                 mask_array keep;
+                 const uint32_t * m = mask_rows(mask, 1, g.n_vocab(), "mask", keep);
+                 py::gil_scoped_release release;
+                 return g.start(prompt, cache_prompt, m);
+             },
+             py::arg("prompt"), py::arg("cache_prompt") = false, py::arg("mask") = py::none(),
              "Evaluate `prompt` (list of ids) and return the first sampled token. cache_prompt=False resets the "
              "sequence first; True keeps the longest prefix of the prompt the sequence can resume from (its "
              "current rows or a context checkpoint) and evaluates only the rest (stats n_cached_tokens). Raises "
-             "ValueError for an empty prompt, an id outside the vocabulary or a prompt longer than the context.")
+             "ValueError for an empty prompt, an id outside the vocabulary or a prompt longer than the context. mask: "
+             "uint32 [ceil(n_vocab / 32)] bitmask of the tokens the first one may be (token t allowed iff bit t % 32 "
+             "of word t / 32 is set), or None.")
         .def("step", &Generator::step, py::arg("max_tokens") = INT64_MAX, py::call_guard<py::gil_scoped_release>(),
              "One round: returns the tokens it emits (accepted drafts, then the target's token), at most max_tokens "
              "(the tokens the caller may still use: drafts are capped so that every one can serve the reply, and "
              "the statistics count only those). Raises ValueError before start() or when the context is full.")
+        .def("draft", [](Generator & g, int64_t max_tokens) {
+                 py::gil_scoped_release release;
+                 return std::vector<int32_t>(g.draft(max_tokens));
+             },
+             py::arg("max_tokens") = INT64_MAX,
+             "The first half of a round, for constrained generation: the drafts step() would verify (none without "
+             "speculation), unverified. verify() must follow. Raises ValueError as step(), or when the last drafts "
+             "were not verified.")
+        .def("begin_draft", &Generator::begin_draft, py::arg("max_tokens") = INT64_MAX,
+             py::call_guard<py::gil_scoped_release>(),
+             "draft() step by step, for drafts under a grammar: write the pending draft rows and run the draft head's "
+             "step 0; returns how many drafts this round may have (0 without speculation). draft_next() drafts them, "
+             "verify() must follow. Raises as draft().")
+        .def("draft_next", [](Generator & g, const py::object & mask) {
+                 mask_array keep;
+                 const uint32_t * m = mask_rows(mask, 1, g.n_vocab(), "mask", keep);
+                 py::gil_scoped_release release;
+                 return g.draft_next(m);
+             },
+             py::arg("mask") = py::none(),
+             "The next draft token, drawn from the draft head's logits with `mask` (uint32 [ceil(n_vocab / 32)], the "
+             "tokens the grammar allows after the drafts so far; None: all) applied, or -1 once this round's drafting "
+             "stopped (its limit, or below p_min). Raises ValueError without begin_draft() or for a mask of another "
+             "dtype or shape.")
+        .def("verify", [](Generator & g, int64_t n_keep, const py::object & masks) {
+                 mask_array keep;
+                 const uint32_t * m = mask_rows(masks, n_keep + 1, g.n_vocab(), "masks", keep);
+                 py::gil_scoped_release release;
+                 return g.verify(n_keep, m);
+             },
+             py::arg("n_keep"), py::arg("masks") = py::none(),
+             "The second half: verify the first n_keep drafts of the round and return the emitted tokens as "
+             "step() does. masks: uint32 [n_keep + 1, ceil(n_vocab / 32)], row i the bitmask of the tokens allowed "
+             "after drafts[:i] (the target's disallowed logits become -inf before acceptance and sampling), or None. "
+             "Drafts left out must start with one that row n_keep disallows (it counts as rejected: the token comes "
+             "from speculative sampling's residual, so sampling stays exact). Raises ValueError without drafts to "
+             "verify, for n_keep outside [0, len(drafts)] or masks of another dtype or shape.")
         .def("finish", &Generator::finish, py::call_guard<py::gil_scoped_release>(),
              "End the generation: write the NextN layer's rows still pending for evaluated tokens, so that a later "
              "prompt extending this sequence resumes at its end (start(cache_prompt=True)). Optional.")
         .def_property_readonly("room", &Generator::room, "Tokens the context can still take.")
+        .def_property_readonly("probs", [](const Generator & g) {
+                py::list out;
+                for (const glm5next::TokenProbs & t : g.probs()) {
+                    py::list top;
+                    for (size_t i = 0; i < t.top_ids.size(); ++i) top.append(py::make_tuple(t.top_ids[i], t.top_logprobs[i]));
+                    out.append(py::make_tuple(t.token, t.logprob, top));
+                }
+                return out;
+            },
+            "With n_probs >= 0: per token the last start(), step() or verify() returned, (token, logprob, [(id, "
+            "logprob) of "
+            "the n_probs most probable tokens, most probable first]): natural-log softmax of the raw logits of the "
+            "target row that produced it (before the sampler's filters and temperature; csrc/runtime/token_probs.h). "
+            "Empty with n_probs < 0.")
         .def_property_readonly("stats", [](const Generator & g) { return stats_dict(g.stats()); },
                                "Counters since start(): prompt tokens (and of those resumed from the cache), timings (ms), speculation (n_drafts = rounds "
                                "that carried drafts, n_drafted, n_accepted, acceptance_per_position, drafted_at, "

@@ -85,16 +85,22 @@ Engine::Engine(const Model & model, const EngineParams & params, const Model * d
 // device too small fails here rather than on the first request: a full ubatch whose rows attend the whole
 // context (the masked dense pass over n_ctx cached rows).
 void Engine::reserve() {
-    const int64_t rows = std::min<int64_t>(params_.n_batch, cache_.n_ctx());
-    CacheView at_end = cache_.view();
-    at_end.n_past = cache_.n_ctx() - rows;
-    GraphContext gc(meta_);
-    TrunkGraph g;
-    build_trunk_graph(g, gc.ctx, model_, at_end, rows, true, false);
-    pin_custom_ops(g.gf);
-    if (!ggml_backend_sched_reserve(sched_, g.gf)) {
-        throw std::runtime_error("cannot allocate the compute buffers for n_batch = " + std::to_string(params_.n_batch) +
-                                 " and n_ctx = " + std::to_string(cache_.n_ctx()));
+    // a full ubatch at the end of the context, and where its dense attention is largest (graph/blocks.h,
+    // max_dense_keys): the scheduler keeps the larger buffers of the two
+    const int64_t n_ctx = cache_.n_ctx(), rows = std::min<int64_t>(params_.n_batch, n_ctx);
+    const int64_t dense_end = std::min<int64_t>(n_ctx, max_dense_keys(model_.hp));
+    for (int64_t n_past : {dense_end - rows, n_ctx - rows}) {
+        if (n_past < 0) continue;
+        CacheView at = cache_.view();
+        at.n_past = n_past;
+        GraphContext gc(meta_);
+        TrunkGraph g;
+        build_trunk_graph(g, gc.ctx, model_, at, rows, true, false);
+        pin_custom_ops(g.gf);
+        if (!ggml_backend_sched_reserve(sched_, g.gf)) {
+            throw std::runtime_error("cannot allocate the compute buffers for n_batch = " +
+                                     std::to_string(params_.n_batch) + " and n_ctx = " + std::to_string(n_ctx));
+        }
     }
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <sstream>
 #include <stdexcept>
@@ -39,6 +40,33 @@ void check_pair(const std::vector<float> & p, const std::vector<float> & q) {
 }
 
 }  // namespace
+
+void constrain_logits(float * logits, int64_t n_vocab, const uint32_t * mask, const std::vector<LogitBias> & bias) {
+    for (const LogitBias & b : bias) logits[b.token] += b.bias;
+    if (mask == nullptr) return;
+    const float minus_inf = -std::numeric_limits<float>::infinity();
+    for (int64_t w = 0; w < mask_words(n_vocab); ++w) {
+        const uint32_t bits = mask[w];
+        if (bits == 0xffffffffu) continue;  // most words of a grammar's mask are all-allowed or all-banned
+        const int64_t end = std::min<int64_t>(n_vocab, (w + 1) * 32);
+        for (int64_t t = w * 32; t < end; ++t) {
+            if (!((bits >> (t - w * 32)) & 1u)) logits[t] = minus_inf;
+        }
+    }
+}
+
+void check_logit_bias(const std::vector<LogitBias> & bias, int64_t n_vocab) {
+    for (const LogitBias & b : bias) {
+        if (b.token < 0 || b.token >= n_vocab) {
+            throw std::invalid_argument("logit_bias: token " + std::to_string(b.token) + " is outside the vocab [0, " +
+                                        std::to_string(n_vocab) + ")");
+        }
+        if (std::isnan(b.bias) || b.bias == std::numeric_limits<float>::infinity()) {
+            throw std::invalid_argument("logit_bias: token " + std::to_string(b.token) + " has bias " + fmt(b.bias) +
+                                        ": must be a number or -inf (a ban)");
+        }
+    }
+}
 
 Sampler::Sampler(const SamplerParams & params) : params_(params), rng_(params.seed) {
     if (std::isnan(params.temperature)) throw std::invalid_argument("temperature must not be NaN");

@@ -8,6 +8,26 @@
 
 namespace glm5next {
 
+// An additive logit bias for one token (OpenAI's and llama-server's logit_bias): -inf bans the token.
+struct LogitBias {
+    int32_t token = -1;
+    float bias = 0.0f;
+};
+
+// 32-bit words of a token bitmask over n_vocab tokens: token t is allowed iff (mask[t / 32] >> (t % 32)) & 1
+// (llguidance's and xgrammar's layout).
+inline int64_t mask_words(int64_t n_vocab) { return (n_vocab + 31) / 32; }
+
+// One row of logits as the sampler should see it under constraints, in place: logits[t] += bias of t for every
+// entry of `bias` (a token listed twice gets both), then -inf for every token `mask` disallows. mask: [mask_words]
+// or null (no mask). The row's other logits are untouched, so an unconstrained row costs nothing. Token ids in
+// `bias` must be in [0, n_vocab) (checked where the bias is set: check_logit_bias).
+void constrain_logits(float * logits, int64_t n_vocab, const uint32_t * mask, const std::vector<LogitBias> & bias);
+
+// Throws std::invalid_argument naming the entry for a token outside [0, n_vocab), a NaN bias or +inf (which
+// would make every other token impossible and the softmax NaN; ban tokens with -inf instead).
+void check_logit_bias(const std::vector<LogitBias> & bias, int64_t n_vocab);
+
 struct SamplerParams {
     float temperature = 0.8f;  // <= 0: greedy
     int32_t top_k = 40;        // 0 = off

@@ -13,46 +13,27 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// The draft's confidence: the largest probability of softmax(logits), whatever the sampler (greedy included).
-float top_probability(const std::vector<float> & logits) {
-    const float max_logit = *std::max_element(logits.begin(), logits.end());
+// The draft's confidence: the largest probability of softmax(logits [n_vocab]), whatever the sampler (greedy
+// included).
+float top_probability(const float * logits, int64_t n_vocab) {
+    const float max_logit = *std::max_element(logits, logits + n_vocab);
     double sum = 0.0;
-    for (float l : logits) sum += std::exp(double(l - max_logit));
+    for (int64_t i = 0; i < n_vocab; ++i) sum += std::exp(double(logits[i] - max_logit));
     return float(1.0 / sum);
 }
 
 }  // namespace
 
-Generator::Generator(Engine & engine, const SpecParams & spec, const SamplerParams & sampling)
-    : engine_(engine), spec_(spec), sampler_(sampling) {
+Generator::Generator(Engine & engine, const SpecParams & spec, const SamplerParams & sampling, int n_probs,
+                     std::vector<LogitBias> logit_bias)
+    : engine_(engine), spec_(spec), sampler_(sampling), n_probs_(n_probs), logit_bias_(std::move(logit_bias)) {
+    check_logit_bias(logit_bias_, engine.n_vocab());
     if (spec_.n_max < 0 || spec_.n_max + 1 > (int) engine.params().n_batch) {
         throw std::invalid_argument("spec n_max = " + std::to_string(spec_.n_max) + ": must be >= 0 and < n_batch");
     }
     if (spec_.n_max > 0) {
         const bool share = spec_.index_share < 0 ? engine.index_share_mtp() : spec_.index_share > 0;
         chain_ = std::make_unique<DraftChain>(engine, share);
-    }
-}
-
-void Generator::draft(int64_t n_max) {
-    Draft & d = draft_;
-    d.tokens.clear();
-    if ((int64_t) d.q.size() < n_max) d.q.resize(n_max);
-    const int64_t n_vocab = engine_.n_vocab();
-    const DraftOutput * out = &chain_->begin(pending_h_.data(), pending_x_.data(), (int64_t) pending_x_.size(),
-                                             pending_pos_);
-    for (int64_t k = 0; k < n_max; ++k) {
-        if (k > 0) out = &chain_->next(d.tokens.back());
-        if (spec_.p_min > 0.0f && top_probability(out->logits) < spec_.p_min) {
-            break;
-        }
-        if (sampler_.greedy()) {  // the argmax itself: no [n_vocab] one-hot distribution (accept compares tokens)
-            d.tokens.push_back(sampler_.sample(out->logits.data(), n_vocab));
-            continue;
-        }
-        std::vector<float> & q = d.q[k];
-        sampler_.distribution(out->logits.data(), n_vocab, q);
-        d.tokens.push_back(sampler_.sample_from(q));
     }
 }
 
@@ -64,10 +45,11 @@ int64_t Generator::synthetic_keep(int64_t n_drafts) {
     return std::min<int64_t>(n_drafts, lo + (up ? 1 : 0)) + 1;
 }
 
-int32_t Generator::start(const std::vector<int32_t> & prompt, bool cache_prompt) {
+int32_t Generator::start(const std::vector<int32_t> & prompt, bool cache_prompt, const uint32_t * mask) {
     const int64_t n_embd = engine_.n_embd();
     if (prompt.empty()) throw std::invalid_argument("eval: no tokens");
     started_ = false;
+    drafted_ = false;
     stats_ = SpecStats();
     stats_.drafted_at.assign(spec_.n_max, 0);
     stats_.accepted_at.assign(spec_.n_max, 0);
@@ -83,7 +65,7 @@ int32_t Generator::start(const std::vector<int32_t> & prompt, bool cache_prompt)
     stats_.n_cached = c;
     EvalOutput out = engine_.eval(std::vector<int32_t>(prompt.begin() + c, prompt.end()), false);
     stats_.prompt_ms = ms_since(t0);
-    if (cache_prompt) engine_.checkpoint();
+    engine_.checkpoint();  // where the next turn of a chat starts, whether or not this prompt resumed
 
     // Draft rows (h_p, x_{p+1}) wait to be written with the next step 0: from the row before the first one
     // evaluated (the NextN layer's rows before it were kept), or from position 0.
@@ -94,10 +76,12 @@ int32_t Generator::start(const std::vector<int32_t> & prompt, bool cache_prompt)
         if (c > 0) pending_h_ = h_before;
         pending_h_.insert(pending_h_.end(), out.hidden.begin(), out.hidden.end() - n_embd);
         pending_x_.assign(prompt.begin() + pending_pos_ + 1, prompt.end());
-        if (cache_prompt) write_pending_rows();  // now, so that the prompt-end checkpoint can serve drafting
+        write_pending_rows();  // now, so that the prompt-end checkpoint can serve drafting
     }
     h_last_.assign(out.hidden.end() - n_embd, out.hidden.end());
-    next_ = sampler_.sample(out.logits.data(), engine_.n_vocab());
+    next_ = sampler_.sample(constrained(out.logits.data(), 1, mask), engine_.n_vocab());
+    probs_.clear();
+    if (n_probs_ >= 0) probs_.push_back(token_probs(out.logits.data(), engine_.n_vocab(), next_, n_probs_));
     started_ = true;
     return next_;
 }
@@ -119,39 +103,114 @@ int64_t Generator::room() const {
     return started_ ? (int64_t) engine_.cache().n_ctx() - (int64_t) engine_.n_past() : 0;
 }
 
-std::vector<int32_t> Generator::step(int64_t max_tokens) {
-    using clock = std::chrono::steady_clock;
-    if (room() <= 0) {
-        throw std::invalid_argument(started_ ? "the context is full" : "step() before start()");
+const float * Generator::constrained(const float * raw, int64_t n_rows, const uint32_t * masks) {
+    if (masks == nullptr && logit_bias_.empty()) return raw;
+    const int64_t n_vocab = engine_.n_vocab();
+    constrained_.assign(raw, raw + n_rows * n_vocab);
+    for (int64_t i = 0; i < n_rows; ++i) {
+        constrain_logits(constrained_.data() + i * n_vocab, n_vocab,
+                         masks == nullptr ? nullptr : masks + i * mask_words(n_vocab), logit_bias_);
     }
-    const int64_t P = engine_.n_past();
+    return constrained_.data();
+}
+
+std::vector<int32_t> Generator::step(int64_t max_tokens) {
+    draft(max_tokens);
+    return verify((int64_t) draft_.tokens.size());
+}
+
+const std::vector<int32_t> & Generator::draft(int64_t max_tokens) {
+    const int64_t limit = begin_draft(max_tokens);
+    for (int64_t k = 0; k < limit; ++k) {
+        if (draft_next(nullptr) < 0) break;
+    }
+    if ((int64_t) draft_.tokens.size() < spec_.n_min) draft_.tokens.clear();
+    return draft_.tokens;
+}
+
+int64_t Generator::begin_draft(int64_t max_tokens) {
+    if (room() <= 0) {
+        throw std::invalid_argument(started_ ? "the context is full" : "draft() before start()");
+    }
+    if (drafted_) throw std::invalid_argument("draft() twice: verify() the last drafts first");
+    round_pos_ = engine_.n_past();
     draft_.tokens.clear();
+    draft_limit_ = 0;
+    draft_stopped_ = false;
     if (chain_) {  // step 0 is the row (h_{P-1}, next); the pending rows before it are written with it
         pending_h_.insert(pending_h_.end(), h_last_.begin(), h_last_.end());
         pending_x_.push_back(next_);
-        const auto t0 = clock::now();
         // no draft past the context or past what the request may still produce (the round emits drafts + 1)
-        draft(std::min<int64_t>({spec_.n_max, room() - 1, std::max<int64_t>(0, max_tokens - 1)}));
+        draft_limit_ = std::min<int64_t>({spec_.n_max, room() - 1, std::max<int64_t>(0, max_tokens - 1)});
+        if ((int64_t) draft_.q.size() < draft_limit_) draft_.q.resize(draft_limit_);
+        const auto t0 = std::chrono::steady_clock::now();
+        chain_out_ = &chain_->begin(pending_h_.data(), pending_x_.data(), (int64_t) pending_x_.size(), pending_pos_);
         stats_.draft_ms += ms_since(t0);
-        if ((int64_t) draft_.tokens.size() < spec_.n_min) draft_.tokens.clear();
     }
+    drafted_ = true;
+    return draft_limit_;
+}
 
+int32_t Generator::draft_next(const uint32_t * mask) {
+    if (!drafted_) throw std::invalid_argument("draft_next() without begin_draft()");
+    const int64_t k = (int64_t) draft_.tokens.size(), n_vocab = engine_.n_vocab();
+    if (draft_stopped_ || k >= draft_limit_) return -1;
+    const auto t0 = std::chrono::steady_clock::now();
+    if (k > 0) chain_out_ = &chain_->next(draft_.tokens.back());
+    const float * logits = chain_out_->logits.data();
+    if (mask != nullptr || !logit_bias_.empty()) {  // any q keeps speculative sampling exact; a constrained one is
+        draft_logits_.assign(chain_out_->logits.begin(), chain_out_->logits.end());  // accepted more often
+        constrain_logits(draft_logits_.data(), n_vocab, mask, logit_bias_);
+        logits = draft_logits_.data();
+    }
+    int32_t token = -1;
+    if (spec_.p_min > 0.0f && top_probability(logits, n_vocab) < spec_.p_min) {
+        draft_stopped_ = true;
+    } else if (sampler_.greedy()) {  // the argmax itself: no [n_vocab] one-hot distribution (accept compares tokens)
+        token = sampler_.sample(logits, n_vocab);
+    } else {
+        sampler_.distribution(logits, n_vocab, draft_.q[k]);
+        token = sampler_.sample_from(draft_.q[k]);
+    }
+    if (token >= 0) draft_.tokens.push_back(token);
+    stats_.draft_ms += ms_since(t0);
+    return token;
+}
+
+std::vector<int32_t> Generator::verify(int64_t n_keep, const uint32_t * masks) {
+    if (!drafted_) throw std::invalid_argument(started_ ? "verify() without draft()" : "verify() before start()");
+    if (n_keep < 0 || n_keep > (int64_t) draft_.tokens.size()) {
+        throw std::invalid_argument("verify: n_keep = " + std::to_string(n_keep) + " is outside [0, " +
+                                    std::to_string(draft_.tokens.size()) + "], the drafts of the round");
+    }
+    drafted_ = false;
+    if (n_keep < spec_.n_min) {  // too short to verify: none is (a fresh sample from the target is exact too)
+        draft_.tokens.clear();
+        n_keep = 0;
+    }
+    const int64_t P = round_pos_;
     std::vector<int32_t> batch = {next_};
-    batch.insert(batch.end(), draft_.tokens.begin(), draft_.tokens.end());
-    const auto t0 = clock::now();
+    batch.insert(batch.end(), draft_.tokens.begin(), draft_.tokens.begin() + n_keep);
+    const auto t0 = std::chrono::steady_clock::now();
     engine_.verify(batch, verify_out_);
-    const std::vector<int32_t> emitted = accept(verify_out_);
+    const std::vector<int32_t> emitted = accept(constrained(verify_out_.logits.data(), n_keep + 1, masks), n_keep);
     engine_.commit((int64_t) emitted.size());
     stats_.verify_ms += ms_since(t0);
+    probs_.clear();
+    if (n_probs_ >= 0) {  // emitted token i came from verify row i (accepted draft, correction or bonus)
+        const int64_t n_vocab = engine_.n_vocab();
+        for (size_t i = 0; i < emitted.size(); ++i) {
+            probs_.push_back(token_probs(verify_out_.logits.data() + i * n_vocab, n_vocab, emitted[i], n_probs_));
+        }
+    }
 
     count(emitted);
     carry(emitted, P);
     return emitted;
 }
 
-std::vector<int32_t> Generator::accept(const EvalOutput & verified) {
-    const int64_t n_vocab = engine_.n_vocab(), n_d = (int64_t) draft_.tokens.size();
-    const float * logits = verified.logits.data();
+std::vector<int32_t> Generator::accept(const float * logits, int64_t n_keep) {
+    const int64_t n_vocab = engine_.n_vocab(), n_d = n_keep;
     std::vector<int32_t> emitted;
     if (spec_.synthetic_accepted >= 0 && n_d > 0) {
         const int64_t keep = synthetic_keep(n_d);
@@ -172,6 +231,13 @@ std::vector<int32_t> Generator::accept(const EvalOutput & verified) {
             return emitted;
         }
         emitted.push_back(draft_.tokens[i]);
+    }
+    if (n_d < (int64_t) draft_.tokens.size() && !sampler_.greedy()) {
+        // draft n_d was cut off because row n_d's mask refuses it: p(d) = 0, a rejection whatever the random draw,
+        // so the token comes from the residual as for any rejected draft (greedy: the argmax, as below)
+        sampler_.distribution(logits + n_d * n_vocab, n_vocab, p_);
+        emitted.push_back(sampler_.sample_residual(p_, draft_.q[n_d]));
+        return emitted;
     }
     emitted.push_back(sampler_.sample(logits + n_d * n_vocab, n_vocab));  // the bonus token
     return emitted;

@@ -6,7 +6,10 @@
 //   4. commit: the trunk keeps the accepted rows (Engine::commit: KDA rolls back to its snapshot), the draft
 //      head's provisional rows are rewritten from the trunk's real hidden states with the next round's step 0.
 // step() runs these four in this order, each a function of its own, then count() and carry() (what the next
-// round starts from); nothing calls back up.
+// round starts from); nothing calls back up. A constrained round (structured output) is the same round cut in
+// pieces, data flowing one way: begin_draft(), then draft_next(mask) step by step with the mask of the caller's
+// grammar after the drafts so far, then verify() with each target row's mask (or draft() and a verify() of the
+// drafts the grammar allows, which accepts fewer: an unmasked draft head often proposes what the grammar refuses).
 #pragma once
 
 #include <cstdint>
@@ -17,6 +20,7 @@
 #include "runtime/draft_chain.h"
 #include "runtime/engine.h"
 #include "runtime/sampling.h"
+#include "runtime/token_probs.h"
 
 namespace glm5next {
 
@@ -43,21 +47,52 @@ class Generator {
 public:
     // Raises std::invalid_argument when speculation is asked for and the file has no NextN layer, or n_max
     // does not fit a ubatch.
-    Generator(Engine & engine, const SpecParams & spec, const SamplerParams & sampling);
+    // n_probs >= 0: report every emitted token's log-probability and the n_probs most probable tokens' (probs());
+    // < 0: none.
+    // logit_bias: added to the logits of every target row (and of every draft step, so that drafts follow it),
+    // checked by check_logit_bias (std::invalid_argument).
+    Generator(Engine & engine, const SpecParams & spec, const SamplerParams & sampling, int n_probs = -1,
+              std::vector<LogitBias> logit_bias = {});
 
     // Evaluates `prompt` and samples the first token, which it returns. With `cache_prompt` the sequence keeps the
-    // longest prefix of the prompt it can resume from (Engine::resume) and evaluates only the rest, then keeps a
-    // checkpoint at the end of the prompt (where the next turn of a chat starts) and, when speculating, writes the
-    // NextN layer's rows for the prompt at once (not with the first draft), so that the checkpoint can serve a
-    // later request that drafts; without, it starts over. Throws std::invalid_argument for an empty prompt, a token outside the vocabulary or a prompt
-    // longer than n_ctx.
-    int32_t start(const std::vector<int32_t> & prompt, bool cache_prompt = false);
+    // longest prefix of the prompt it can resume from (Engine::resume) and evaluates only the rest; without, it
+    // starts over. Either way it then keeps a checkpoint at the end of the prompt (where the next turn of a chat
+    // starts) and, when speculating, writes the NextN layer's rows for the prompt at once (not with the first
+    // draft), so that a later request, drafting or not, can resume from it. Throws std::invalid_argument for an
+    // empty prompt, a token outside the vocabulary or a prompt longer than n_ctx.
+    // mask: [mask_words(n_vocab)] token bitmask for the first token (sampling.h), or null.
+    int32_t start(const std::vector<int32_t> & prompt, bool cache_prompt = false, const uint32_t * mask = nullptr);
 
     // One round: evaluates the last token (with up to n_max drafts when speculating, fewer when the context or
     // `max_tokens`, the tokens the caller may still use, leaves less room) and returns the tokens it emits: the
     // accepted drafts, then the target's own token (at most max_tokens of them). Throws std::invalid_argument
     // without start() or when the context is full (room() == 0).
     std::vector<int32_t> step(int64_t max_tokens = INT64_MAX);
+
+    // The first half of a round (step 1): drafts up to n_max tokens as step() would (none without speculation)
+    // and returns them, unverified. verify() must follow before anything else runs on the sequence. Throws
+    // std::invalid_argument as step(), or when the last drafts were not verified.
+    const std::vector<int32_t> & draft(int64_t max_tokens = INT64_MAX);
+
+    // The same first half step by step: begin_draft() writes the pending draft rows and runs step 0, and returns
+    // how many drafts this round may have (0 without speculation); each draft_next() then drafts one token from the
+    // current step with `mask` ([mask_words(n_vocab)] or null) applied to its logits, or returns -1 once drafting
+    // stopped (the limit, or p_min, judged on the masked logits). A draft sampled under the grammar's mask is one
+    // the grammar allows, so a constrained round keeps its drafts. verify() must follow. Throws as draft(); draft_next
+    // without begin_draft() throws std::invalid_argument.
+    int64_t begin_draft(int64_t max_tokens = INT64_MAX);
+    int32_t draft_next(const uint32_t * mask = nullptr);
+
+    // The second half (steps 2-4): verifies the first n_keep drafts of the round (0 <= n_keep <= their
+    // number) and returns the emitted tokens as step() does. masks: [n_keep + 1, mask_words(n_vocab)] row-major,
+    // row i the tokens allowed after drafts[:i], or null: a masked row's disallowed logits are -inf before
+    // acceptance and sampling, so the tokens follow the target distribution restricted to the mask (greedy: the
+    // argmax among the allowed). The drafts left out must start with one that mask row n_keep disallows (the
+    // caller cuts the drafts at the first token its grammar refuses): that draft counts as rejected, and row
+    // n_keep's token comes from the residual of speculative sampling, which keeps the output distribution exact.
+    // The statistics count every draft of the round as drafted. Fewer than n_min drafts are not verified (none
+    // is). Throws std::invalid_argument without drafts to verify or for n_keep out of range.
+    std::vector<int32_t> verify(int64_t n_keep, const uint32_t * masks = nullptr);
 
     // Ends a generation: writes the NextN layer's rows still pending for evaluated tokens (they would go with the
     // next round's first draft), so that a later prompt extending this sequence resumes at its end with the draft
@@ -67,6 +102,12 @@ public:
     // Tokens the context can still take (the last emitted one needs a row before anything follows it).
     int64_t room() const;
 
+    int64_t n_vocab() const { return engine_.n_vocab(); }
+
+    // With n_probs >= 0, the log-probabilities of the tokens the last start(), step() or verify() returned, one per
+    // token in order, from the target rows that produced them (runtime/token_probs.h); empty otherwise.
+    const std::vector<TokenProbs> & probs() const { return probs_; }
+
     const SpecStats & stats() const { return stats_; }
 
 private:
@@ -74,10 +115,12 @@ private:
         std::vector<int32_t> tokens;
         std::vector<std::vector<float>> q;  // q[i]: the draft distribution of tokens[i] (storage reused by rounds)
     };
-    // 1. Writes the pending draft rows (the last one is step 0) and drafts up to n_max tokens into draft_.
-    void draft(int64_t n_max);
-    // 3. The tokens the round emits from the verify rows: the accepted drafts, then the correction or bonus token.
-    std::vector<int32_t> accept(const EvalOutput & verified);
+    // 3. The tokens the round emits from the verify rows' logits ([n_keep + 1, n_vocab], constrained): the
+    // accepted drafts among the first n_keep, then the correction or bonus token.
+    std::vector<int32_t> accept(const float * logits, int64_t n_keep);
+    // The logits the sampler sees for `n_rows` rows of `raw` ([n_rows, n_vocab]): `raw` itself when nothing
+    // constrains them, else a constrained copy (constrained_; raw stays for the log-probabilities).
+    const float * constrained(const float * raw, int64_t n_rows, const uint32_t * masks);
     int64_t synthetic_keep(int64_t n_drafts);
     // Writes the pending draft-head rows now instead of with the next round's step 0.
     void write_pending_rows();
@@ -95,6 +138,16 @@ private:
     Sampler sampler_;
     std::unique_ptr<DraftChain> chain_;  // null without speculation
     SpecStats stats_;
+    int n_probs_;
+    std::vector<TokenProbs> probs_;
+    std::vector<LogitBias> logit_bias_;
+    std::vector<float> constrained_;   // constrained target rows (reused)
+    std::vector<float> draft_logits_;  // a draft step's logits with the bias (reused)
+    bool drafted_ = false;             // begin_draft() ran and verify() has not
+    int64_t round_pos_ = 0;            // n_past when the round's begin_draft() ran
+    int64_t draft_limit_ = 0;          // the most drafts of this round
+    bool draft_stopped_ = false;       // p_min stopped this round's drafting
+    const DraftOutput * chain_out_ = nullptr;  // the draft chain's current step
     // Draft-head rows not yet written: (trunk post-norm hidden [n_embd], next token) from position pending_pos_.
     std::vector<float> pending_h_;
     std::vector<int32_t> pending_x_;

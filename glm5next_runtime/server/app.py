@@ -7,19 +7,21 @@ threads, so /health, /metrics and the queue are served while a big request is pr
 context whatever its tokens is refused before it is tokenized (check_prompt_text), and tokenizing stops, piece by
 piece, once the prompt is past the context (the error's n_prompt_tokens is then a lower bound). A stream pulls one
 text piece per thread hop; when its client goes away Starlette cancels the stream between pieces, and the slot is
-free again.
+free again. A request whose client goes away while it waits for a slot, or while a plain (not streamed) response
+is generated, is dropped too (disconnect.py): out of the queue at once, or at the next text piece. Both count in
+the metrics' cancelled requests.
 
 Text from the request never becomes control tokens in a chat prompt (../user_text.py); a raw /v1/completions
 prompt is the client's whole prompt and keeps llama-server's meaning (control tokens parsed).
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, TypeVar
 
@@ -27,47 +29,40 @@ import anyio.to_thread
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from starlette.types import Receive, Scope, Send
 
 from ..chat import ChatTemplateError, opens_think_block
 from ..generate import GenerationResult, GenerationStream
 from ..prompt import PromptError, PromptTooLongError, check_prompt, check_prompt_text
+from ..tool_calls import string_parameters
 from ..user_text import ControlTokenGuard
+from .anthropic import create_anthropic_router
 from .auth import APIKeyMiddleware
-from .body_limit import DEFAULT_MAX_BODY_MIB, BodyLimitMiddleware
+from .body_limit import BodyLimitMiddleware
+from .config import ServerConfig
+from .cors import CORSMiddleware
+from .disconnect import ClientGone, DisconnectWatch
 from .errors import INTERNAL, APIError, install_error_handlers, invalid_body, prompt_error
+from .logprobs import TokenPieces
 from .metrics import ServerMetrics
-from .responses import DONE, ChatReply, CompletionReply, Reply, sse
+from .native import RequestPath, create_native_router
+from .openai_responses import create_responses_router
+from .prefill import split_prefill
+from .responses import ChatReply, CompletionReply, Reply
 from .schemas import ChatRequest, CompletionRequest, GenerationRequest
+from .slot_files import create_slot_router
+from .slot_tasks import SlotTasks, task_params
 from .slots import SlotPool, SlotsClosed
-from .stopping import GRACE_S, ShuttingDown, Stopping
-from .templates import RenderedTooLong, TemplateWorkers
+from .stopping import ShuttingDown, Stopping
+from .structured import structured_kwargs
+from .templates import RenderedTooLong
+from .tool_prompt import renders_tools, tool_messages
+from .tool_replies import ToolCalls
 
 log = logging.getLogger("glm5next.server")
-Body = TypeVar("Body", bound=GenerationRequest)
+Body = TypeVar("Body", bound=BaseModel)
 T = TypeVar("T")
-
-
-@dataclass
-class ServerConfig:
-    """What the routes need besides the slots.
-
-    model_name: the id /v1/models lists (--alias, else the file name).
-    model_names: the names a request's `model` may carry (None or one of these; anything else is a 404).
-    chat_template: None when chat is off (no template in the file, or --no-jinja).
-    default_seed: the seed of requests that bring none (None: a random one each time).
-    api_key: None: no authentication.
-    max_body_bytes: larger request bodies get a 413 (--max-body-mib).
-    grace_s: how long running generations may go on once the server is stopping (stopping.py).
-    """
-    model_name: str
-    model_names: frozenset[str] = field(default_factory=frozenset)
-    chat_template: TemplateWorkers | None = None
-    default_seed: int | None = None
-    api_key: str | None = None
-    max_body_bytes: int = DEFAULT_MAX_BODY_MIB << 20
-    grace_s: float = GRACE_S
 
 
 class EventStream(StreamingResponse):
@@ -101,18 +96,22 @@ def create_app(pool: SlotPool, config: ServerConfig) -> FastAPI:
     app = FastAPI(title="glm5next-server", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
     install_error_handlers(app)
     app.add_middleware(BodyLimitMiddleware, limit=config.max_body_bytes)
-    if config.api_key:  # added last, so it runs first: a request without the key learns nothing
+    if config.api_key:  # added late, so it runs early: a request without the key learns nothing
         app.add_middleware(APIKeyMiddleware, api_key=config.api_key)
+    app.add_middleware(CORSMiddleware, policy=config.cors)  # last, so first: preflights carry no key
     metrics = ServerMetrics(pool)
+    tasks = SlotTasks(pool)
     first = pool.models[0]  # tokenizer and settings are the same in every slot
     guard = ControlTokenGuard(first.tokenizer)
     token_bytes = first.tokenizer.max_token_bytes
+    pieces = TokenPieces(first.tokenizer, config.special)  # tokens as logprobs show them
     # tokenizing stops past this (check_prompt refuses the prompt then: its n_prompt_tokens is a lower bound)
     max_prompt_tokens = first.n_ctx - 1
     started = int(time.time())
     router = APIRouter()
 
     @router.get("/health")
+    @router.get("/v1/health")
     async def health() -> dict[str, Any]:
         return {"status": "ok", "slots_idle": pool.idle, "slots_processing": pool.size - pool.idle}
 
@@ -120,65 +119,87 @@ def create_app(pool: SlotPool, config: ServerConfig) -> FastAPI:
     @router.get("/models")
     async def models() -> dict[str, Any]:
         meta = {"n_ctx": first.n_ctx, "n_vocab": first.n_vocab, "spec_type": first.spec_type, "slots": pool.size}
-        return {"object": "list", "data": [{"id": config.model_name, "object": "model", "created": started,
+        return {"object": "list", "data": [{"id": config.model_name, "aliases": list(config.aliases),
+                                            "tags": list(config.tags), "object": "model", "created": started,
                                             "owned_by": "glm5next", "meta": meta}]}
 
     @router.get("/metrics")
     async def prometheus() -> Response:
-        return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
+        if not config.metrics:
+            raise APIError(501, "This server does not support metrics endpoint. Start it with `--metrics`")
+        response = Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
+        # llama-server's header, spelled as it spells it (Starlette would lower-case a name given to Response)
+        response.raw_headers.append((b"Process-Start-Time-Unix", str(started).encode()))
+        return response
 
-    @router.post("/v1/completions")
-    @router.post("/completions")
+    @router.post("/v1/completions")  # /completions (no /v1) is llama-server's native completion: native.py
     async def completions(request: Request) -> Response:
         body = await read_body(request, CompletionRequest)
-        check_model_name(body.model)
         if isinstance(body.prompt, str):
             ids = await in_thread(tokenize_completion, body.prompt)
         else:
             ids = list(body.prompt)
-        return await generate(body, ids, CompletionReply(config.model_name), "completions")
+        reply = CompletionReply(body.model or config.model_name, pieces, body.include_usage())
+        return await generate(request, body, ids, reply, "completions")
 
     @router.post("/v1/chat/completions")
     @router.post("/chat/completions")
     async def chat_completions(request: Request) -> Response:
         body = await read_body(request, ChatRequest)
-        check_model_name(body.model)
-        if config.chat_template is None:
-            raise APIError(501, "chat is off: the model file has no chat template, or the server runs with "
-                                "--no-jinja; use /v1/completions")
-        prompt, ids = await in_thread(render_chat, config.chat_template, body)
-        reply = ChatReply(config.model_name, reasoning=opens_think_block(prompt))
-        return await generate(body, ids, reply, "chat_completions")
+        prompt, ids = await in_thread(render_chat, body)
+        if (field := body.grammar_field()) and opens_think_block(prompt):
+            raise APIError(400, f"{field}: the prompt opens a think block, which the grammar would not let the model "
+                           "close; leave chat_template_kwargs.enable_thinking out (a grammar turns thinking off)")
+        tools = body.active_tools()
+        reply = ChatReply(body.model or config.model_name, pieces,
+                          body.splits_reasoning() and opens_think_block(prompt), body.include_usage(),
+                          ToolCalls(string_parameters(tools), body.parallel_tool_calls) if tools else None)
+        return await generate(request, body, ids, reply, "chat_completions")
+
+    @router.post("/v1/chat/completions/input_tokens")
+    @router.post("/chat/completions/input_tokens")
+    async def chat_input_tokens(request: Request) -> dict[str, int]:
+        # llama-server's: the prompt /v1/chat/completions would generate from, in tokens
+        _prompt, ids = await in_thread(render_chat, await read_body(request, ChatRequest))
+        return {"input_tokens": len(ids)}
 
     async def read_body(request: Request, cls: type[Body]) -> Body:
         # JSON whatever the Content-Type says (llama-server too: curl -d sends form-urlencoded); the body arrives
         # through BodyLimitMiddleware, which stops it at the limit
         raw = await request.body()
         try:
-            return await in_thread(cls.model_validate_json, raw)
+            body = await in_thread(cls.model_validate_json, raw)
         except ValidationError as e:
             raise invalid_body(e) from None
-
-    def check_model_name(name: str | None) -> None:
-        if name is not None and name not in config.model_names:
-            raise APIError(404, f"model {name!r} not found: this server serves {config.model_name!r}")
+        return config.sampling.apply(body) if isinstance(body, GenerationRequest) else body
 
     def tokenize_completion(text: str) -> list[int]:
         # a raw prompt as Model.generate takes it: add_special, control tokens parsed (the client's own markup)
         check_text(text)
         return first.tokenizer.encode(text, add_special=True, max_tokens=max_prompt_tokens)
 
-    def render_chat(template: TemplateWorkers, body: ChatRequest) -> tuple[str, list[int]]:
+    def chat_prompt(body: ChatRequest) -> str:
         # every string of the request is marked before the template sees it; only the template's markup becomes
-        # control tokens
-        messages = guard.neutralize([m.for_template() for m in body.messages])
-        variables = guard.neutralize(body.chat_template_kwargs or {})
+        # control tokens. A final assistant message is continued (prefill.py).
+        if config.chat_template is None:
+            raise APIError(501, "chat is off: this server was given no chat template; use /v1/completions")
+        messages, variables = [m.for_template() for m in body.messages], body.template_variables()
+        if tools := body.active_tools():
+            messages, tool_variables = tool_messages(messages, tools, renders_tools(config.chat_template.source))
+            variables = tool_variables | variables
+        messages, prefill = split_prefill(messages, body.continue_final_message, body.add_generation_prompt)
+        variables = guard.neutralize(variables)
         try:
-            prompt = template.render(messages, variables)
+            prompt = config.chat_template.render(guard.neutralize(messages), variables,
+                                                 body.add_generation_prompt or prefill is not None)
         except RenderedTooLong as e:  # n_chars characters are at least that many bytes
             raise prompt_error(PromptTooLongError(-(-e.n_chars // token_bytes), first.n_ctx, 1, at_least=True))
         except ChatTemplateError as e:
             raise APIError(400, str(e)) from None
+        return prompt + guard.neutralize(prefill or "")
+
+    def render_chat(body: ChatRequest) -> tuple[str, list[int]]:
+        prompt = chat_prompt(body)
         check_text(prompt)
         return prompt, guard.encode(prompt, add_special=True, max_tokens=max_prompt_tokens)
 
@@ -195,18 +216,38 @@ def create_app(pool: SlotPool, config: ServerConfig) -> FastAPI:
         n_max = body.spec_n_max() if first.spec_type == "draft-mtp" else None
         return dict(max_tokens=first.n_ctx if limit is None else limit, temperature=body.temperature,
                     top_k=body.top_k, top_p=body.top_p, min_p=body.min_p, seed=seed, stop=body.stop,
-                    spec_n_max=n_max, cache_prompt=body.cache_prompt)
+                    spec_n_max=n_max, cache_prompt=body.cache_prompt, special=config.special,
+                    logprobs=body.top_probs(), **structured_kwargs(body, first.tokenizer))
 
-    async def generate(body: GenerationRequest, ids: list[int], reply: Reply, endpoint: str) -> Response:
+    async def generate(request: Request, body: GenerationRequest, ids: list[int], reply: Reply,
+                       endpoint: str) -> Response:
+        # the client is watched from here until its response starts: gone while queued or generating, the request
+        # is dropped (the slot freed) and counted as cancelled
+        async with DisconnectWatch(request.receive) as watch:
+            try:
+                return await respond(body, ids, reply, endpoint, watch)
+            except ClientGone:
+                metrics.cancelled.inc()
+                return Response(status_code=499)  # nginx's "client closed request": nobody reads it
+
+    async def respond(body: GenerationRequest, ids: list[int], reply: Reply, endpoint: str,
+                      watch: DisconnectWatch) -> Response:
         try:
             check_prompt(ids, first.n_ctx, first.n_vocab, room=1)  # room for a token: llama-server's rule
         except PromptError as e:
             raise prompt_error(e) from None
-        kwargs = generate_kwargs(body)
+        kwargs = await in_thread(generate_kwargs, body)  # a grammar compiles off the event loop
+        wanted = None if body.id_slot == -1 else body.id_slot % pool.size  # llama-server's wrap-around
         try:
-            model = await pool.acquire(ids)
+            model = await watch.unless_gone(pool.acquire(ids, slot=wanted))
         except SlotsClosed:
             raise ShuttingDown() from None
+        try:
+            if config.prompt_cache is not None:
+                await in_thread(config.prompt_cache.prepare, model, ids, body.cache_prompt)
+        except BaseException:
+            pool.release(model)
+            raise
         try:
             # generate() only checks its arguments (a ValueError is the request's fault) and builds the stream:
             # the work runs as the stream is iterated, in worker threads
@@ -216,38 +257,53 @@ def create_app(pool: SlotPool, config: ServerConfig) -> FastAPI:
             if isinstance(e, ValueError):
                 raise APIError(400, str(e)) from None
             raise
+        limit = body.token_limit()
+        params = task_params(kwargs, -1 if limit is None else limit, body.stream, model.spec)
+        reply.bind(tasks.begin(pool.models.index(model), params, len(ids), stream))
         if body.stream:
             return EventStream(stream_events(stream, reply, endpoint), partial(pool.release, model))
         try:
-            result = await in_thread(finish_unless_cut, stream, stopping.cut)
+            result = await in_thread(finish_unless, stream, (watch.gone, stopping.cut))
         finally:
             pool.release(model)
         if result is None:
+            if watch.gone.is_set():
+                raise ClientGone()
             raise ShuttingDown(": the generation was stopped")
         metrics.observe(endpoint, result.metrics)
         return JSONResponse(reply.whole(result))
 
     async def stream_events(stream: GenerationStream, reply: Reply, endpoint: str) -> AsyncIterator[str]:
-        for chunk in reply.start():
-            yield sse(chunk)
         try:
-            while (piece := await anyio.to_thread.run_sync(next, stream, None)) is not None:
-                if stopping.cut.is_set():  # the headers are out: the error can only be an event
-                    yield sse(ShuttingDown(": the generation was stopped").body())
-                    return
-                for chunk in reply.piece(piece):
-                    yield sse(chunk)
-        except Exception:
-            log.exception("generation failed mid-stream")
-            yield sse(APIError(500, INTERNAL).body())
-            return
-        assert stream.result is not None
-        metrics.observe(endpoint, stream.result.metrics)
-        for chunk in reply.end(stream.result):
-            yield sse(chunk)
-        yield DONE
+            for chunk in reply.start():
+                yield reply.event(chunk)
+            try:
+                while (piece := await anyio.to_thread.run_sync(next, stream, None)) is not None:
+                    if stopping.cut.is_set():  # the headers are out: the error can only be an event
+                        yield reply.error_event(ShuttingDown(": the generation was stopped"))
+                        return
+                    for chunk in reply.piece(piece):
+                        yield reply.event(chunk)
+            except Exception:
+                log.exception("generation failed mid-stream")
+                yield reply.error_event(APIError(500, INTERNAL))
+                return
+            assert stream.result is not None
+            metrics.observe(endpoint, stream.result.metrics)
+            for chunk in reply.end(stream.result):
+                yield reply.event(chunk)
+            if reply.stream_end is not None:
+                yield reply.stream_end
+        except (asyncio.CancelledError, GeneratorExit):  # the client went away: Starlette cut the stream
+            metrics.cancelled.inc()
+            raise
 
     app.include_router(router)
+    app.include_router(create_slot_router(pool, config.slot_save_dir))
+    path = RequestPath(read_body, tokenize_completion, chat_prompt, generate, render_chat)
+    app.include_router(create_native_router(pool, config, tasks, path))
+    app.include_router(create_anthropic_router(config, path, first.tokenizer))
+    app.include_router(create_responses_router(config, path))
     return app
 
 
@@ -256,10 +312,10 @@ async def in_thread(func: Callable[..., T], *args: Any) -> T:
     return await anyio.to_thread.run_sync(partial(func, *args))
 
 
-def finish_unless_cut(stream: GenerationStream, cut: threading.Event) -> GenerationResult | None:
-    """Run the generation to its end and return its result, or None when `cut` is set first (checked between text
-    pieces)."""
+def finish_unless(stream: GenerationStream, stops: Sequence[threading.Event]) -> GenerationResult | None:
+    """Run the generation to its end and return its result, or None when one of `stops` is set first (checked
+    between text pieces)."""
     for _ in stream:
-        if cut.is_set():
+        if any(stop.is_set() for stop in stops):
             return None
     return stream.result

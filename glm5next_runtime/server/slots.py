@@ -2,8 +2,9 @@
 first-served queue of the requests waiting for one. A request that finds several slots free takes the one whose
 sequence shares the longest prefix with its prompt, provided that prefix is at least SLOT_PROMPT_SIMILARITY of the
 sequence (llama-server's --slot-prompt-similarity, 0.5), else the least recently used slot: a shared template
-header alone does not make another conversation's slot the best one to overwrite. Closing the pool (the server is stopping) turns the waiting
-requests, and any later one, away with SlotsClosed."""
+header alone does not make another conversation's slot the best one to overwrite. A request may also ask for one
+slot by id (llama-server's id_slot, the slot actions): it waits for that slot. Closing the pool (the server is
+stopping) turns the waiting requests, and any later one, away with SlotsClosed."""
 from __future__ import annotations
 
 import asyncio
@@ -40,7 +41,8 @@ class SlotPool:
             raise ValueError("a slot pool needs at least one model")
         self.models = list(models)
         self._free: deque[Model] = deque(self.models)
-        self._waiters: deque[asyncio.Future[Model]] = deque()
+        # requests waiting, in arrival order: the slot each wants (None: any) and the future it gets it by
+        self._waiters: deque[tuple[Model | None, asyncio.Future[Model]]] = deque()
         self.closed = False
 
     @property
@@ -54,16 +56,24 @@ class SlotPool:
     @property
     def waiting(self) -> int:
         """Requests queued for a slot."""
-        return sum(not w.done() for w in self._waiters)
+        return sum(not w.done() for _, w in self._waiters)
 
-    async def acquire(self, prompt: Sequence[int] = ()) -> Model:
+    def is_free(self, model: Model) -> bool:
+        """Whether slot `model` is idle."""
+        return model in self._free
+
+    async def acquire(self, prompt: Sequence[int] = (), slot: int | None = None) -> Model:
         """Wait for a free slot (in arrival order) and take it; give it back with release(). Of several free slots
         the one whose sequence shares the longest prefix with `prompt` (ids), when it is similar enough (module
-        docstring), else the least recently used.
+        docstring), else the least recently used. `slot` (an index into models) waits for that slot.
         Raises SlotsClosed when the pool is closed, or closes while waiting."""
         if self.closed:
             raise SlotsClosed()
-        if self._free and not self.waiting:
+        wanted = None if slot is None else self.models[slot]
+        if wanted is not None and wanted in self._free:
+            self._free.remove(wanted)
+            return wanted
+        if wanted is None and self._free and not self.waiting:
             best = self._free[0]  # the least recently used
             shared = {id(m): common_prefix(m.tokens, prompt) for m in self._free}
             similar = [m for m in self._free if m.tokens and shared[id(m)] >= SLOT_PROMPT_SIMILARITY * len(m.tokens)]
@@ -72,7 +82,8 @@ class SlotPool:
             self._free.remove(best)
             return best
         waiter: asyncio.Future[Model] = asyncio.get_running_loop().create_future()
-        self._waiters.append(waiter)
+        entry = (wanted, waiter)
+        self._waiters.append(entry)
         try:
             return await waiter
         except asyncio.CancelledError:
@@ -80,14 +91,18 @@ class SlotPool:
                 self.release(waiter.result())  # handed a slot just as the request was cancelled: pass it on
             raise
         finally:
-            if waiter in self._waiters:
-                self._waiters.remove(waiter)
+            if entry in self._waiters:
+                self._waiters.remove(entry)
 
     def release(self, model: Model) -> None:
-        """Give back a slot. Its model keeps its sequence: a later prompt sharing a prefix resumes from it."""
-        while self._waiters:
-            waiter = self._waiters.popleft()
-            if not waiter.done():
+        """Give back a slot: to the first waiting request that takes any slot or this one. Its model keeps its
+        sequence: a later prompt sharing a prefix resumes from it."""
+        for entry in list(self._waiters):
+            wanted, waiter = entry
+            if waiter.done():
+                self._waiters.remove(entry)
+            elif wanted is None or wanted is model:
+                self._waiters.remove(entry)
                 waiter.set_result(model)
                 return
         self._free.append(model)
@@ -97,6 +112,6 @@ class SlotPool:
         until released (idempotent)."""
         self.closed = True
         while self._waiters:
-            waiter = self._waiters.popleft()
+            _, waiter = self._waiters.popleft()
             if not waiter.done():
                 waiter.set_exception(SlotsClosed())

@@ -53,13 +53,15 @@ class RenderedTooLong(Exception):
 
 
 class TemplateWorkers:
-    """`workers` processes, each rendering `source` for one request at a time; a request waits for a free one."""
+    """`workers` processes, each rendering `source` (kept as .source) for one request at a time; a request waits for
+    a free one."""
 
     def __init__(self, source: str, bos_token: str = "", eos_token: str = "", workers: int = 1,
                  limits: TemplateLimits = TemplateLimits()):
         """Starts the workers and waits until they are ready. Raises ChatTemplateError when the template does not
         parse (checked here first) or a worker does not start."""
         ChatTemplate(source, bos_token, eos_token)
+        self.source = source
         self.limits = limits
         self._args = (source, bos_token, eos_token, limits.memory_mib, limits.max_chars)
         self._idle: queue.SimpleQueue[_Worker] = queue.SimpleQueue()
@@ -76,13 +78,14 @@ class TemplateWorkers:
         for worker in started:
             self._idle.put(worker)
 
-    def render(self, messages: Sequence[Mapping[str, Any]], variables: Mapping[str, Any] | None = None) -> str:
+    def render(self, messages: Sequence[Mapping[str, Any]], variables: Mapping[str, Any] | None = None,
+               add_generation_prompt: bool = True) -> str:
         """ChatTemplate.render in a worker (blocking). Raises ChatTemplateError when the template fails on these
         messages, TemplateLimitError (one) when it runs out of time or memory, RenderedTooLong past max_chars."""
         worker = self._idle.get()
         try:
             try:
-                return worker.render(messages, variables, self.limits)
+                return worker.render(messages, variables, add_generation_prompt, self.limits)
             except _Gone as gone:
                 worker = self._replace(worker, gone)
                 if gone.limit:  # the time or memory limit: these messages' doing
@@ -90,7 +93,7 @@ class TemplateWorkers:
             # a worker found dead, or that died without a word, may have been killed from outside (the OOM killer,
             # an operator): once more on its replacement, and only a second death is blamed on the messages
             try:
-                return worker.render(messages, variables, self.limits)
+                return worker.render(messages, variables, add_generation_prompt, self.limits)
             except _Gone as gone:
                 worker = self._replace(worker, gone)
                 raise TemplateLimitError(str(gone)) from None
@@ -159,12 +162,12 @@ class _Worker:
             raise _Gone("the chat template's worker process did not start")
 
     def render(self, messages: Sequence[Mapping[str, Any]], variables: Mapping[str, Any] | None,
-               limits: TemplateLimits) -> str:
+               add_generation_prompt: bool, limits: TemplateLimits) -> str:
         self.wait_ready()
         if not self.process.is_alive():  # died while idle (killed, OOM): not these messages' fault
             raise _Gone("the chat template's worker process had died")
         try:
-            self.conn.send((list(messages), dict(variables or {})))
+            self.conn.send((list(messages), dict(variables or {}), add_generation_prompt))
         except (OSError, EOFError):  # a broken pipe, or a worker already stopped
             raise _Gone("the chat template's worker process had died") from None
         if not self.conn.poll(limits.seconds):
@@ -199,11 +202,11 @@ def _serve(conn: Connection, source: str, bos_token: str, eos_token: str, memory
     conn.send(("ready", None))
     while True:
         try:
-            messages, variables = conn.recv()
+            messages, variables, add_generation_prompt = conn.recv()
         except (EOFError, OSError):
             return
         try:
-            text = template.render(messages, variables)
+            text = template.render(messages, variables, add_generation_prompt)
             reply = ("ok", text) if max_chars is None or len(text) <= max_chars else ("long", len(text))
             del text
         except ChatTemplateError as e:

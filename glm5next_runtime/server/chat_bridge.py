@@ -1,0 +1,30 @@
+"""The chat request that a request of another API (Anthropic's Messages, OpenAI's Responses) is: those endpoints
+convert their body into chat completions' fields and go the chat's way from there (template, guard, slots, prompt
+cache, draft-MTP, cancellation, metrics), as llama-server converts them."""
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import ValidationError
+
+from ..tool_calls import string_parameters
+from .errors import invalid_body
+from .sampling_defaults import SamplingDefaults
+from .schemas import ChatRequest
+from .tool_replies import ToolCalls
+
+
+def as_chat(fields: dict[str, Any], sampling: SamplingDefaults) -> ChatRequest:
+    """ChatRequest of `fields` (its own names) with the server's sampling defaults for what they leave out. Raises
+    APIError (400) naming the field that does not validate."""
+    try:
+        chat = ChatRequest.model_validate(fields)
+    except ValidationError as e:
+        raise invalid_body(e) from None
+    return sampling.apply(chat)
+
+
+def reply_tools(chat: ChatRequest) -> ToolCalls | None:
+    """How the reply to `chat` is read for tool calls, as chat completions reads it (None: no tools in the prompt)."""
+    tools = chat.active_tools()
+    return ToolCalls(string_parameters(tools), chat.parallel_tool_calls) if tools else None

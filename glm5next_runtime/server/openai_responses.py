@@ -1,0 +1,51 @@
+"""OpenAI's Responses API on this server's engine:
+
+    POST /v1/responses, /responses   a response (openai_responses_replies.py), streamed or whole
+    POST /v1/responses/input_tokens, /responses/input_tokens  {"input_tokens": N}: the prompt it would generate from
+
+The body becomes a chat request (openai_responses_schemas.py) and goes the chat completions' way (app.create_app's
+RequestPath: template workers, control-token guard, slots, prompt cache, draft-MTP, cancellation, metrics). Errors
+are OpenAI-shaped, as on the other /v1 routes. Responses are not stored: there is no GET /v1/responses/{id}.
+"""
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+
+from ..chat import opens_think_block
+from .chat_bridge import as_chat, reply_tools
+from .config import ServerConfig
+from .native import RequestPath, in_thread
+from .openai_responses_replies import ResponsesReply
+from .openai_responses_schemas import ResponsesRequest
+
+
+def create_responses_router(config: ServerConfig, path: RequestPath) -> APIRouter:
+    """The Responses API route (module docstring)."""
+    router = APIRouter()
+
+    @router.post("/v1/responses")
+    @router.post("/responses")
+    async def responses(request: Request) -> Response:
+        body: ResponsesRequest = await path.read_body(request, ResponsesRequest)
+        chat = await in_thread(lambda: as_chat(body.chat_fields(), config.sampling))
+        prompt, ids = await in_thread(path.render_chat, chat)
+        echo = {"instructions": body.instructions, "max_output_tokens": body.max_output_tokens,
+                "temperature": chat.temperature, "top_p": chat.top_p,
+                "reasoning": {"effort": chat.reasoning_effort, "summary": None},
+                "tools": [t.model_dump(exclude_none=True) for t in body.tools or []],
+                "tool_choice": "auto" if body.tool_choice is None else body.tool_choice,
+                "parallel_tool_calls": chat.parallel_tool_calls}
+        reply = ResponsesReply(body.model or config.model_name, chat.splits_reasoning() and opens_think_block(prompt),
+                               echo, reply_tools(chat))
+        return await path.generate(request, chat, ids, reply, "responses")
+
+    @router.post("/v1/responses/input_tokens")
+    @router.post("/responses/input_tokens")
+    async def input_tokens(request: Request) -> dict[str, int]:
+        body: ResponsesRequest = await path.read_body(request, ResponsesRequest)
+        chat = await in_thread(lambda: as_chat(body.chat_fields(), config.sampling))
+        _prompt, ids = await in_thread(path.render_chat, chat)
+        return {"input_tokens": len(ids)}
+
+    return router
