@@ -532,3 +532,32 @@ def test_help_groups_flags_as_llama_server(capsys):
     out = capsys.readouterr().out
     assert out.index("common params:") < out.index("sampling params:") < out.index("server-specific params:")
     assert out.index("sampling params:") < out.index("--temp N, --temperature N") < out.index("server-specific params:")
+
+
+@pytest.mark.parametrize("budget, fmt", [(-1, None), (0, None), (-1, "none")])
+def test_reasoning_flags_are_the_requests_defaults(model, budget, fmt):
+    """--reasoning-budget 0 turns thinking off unless a request turns it on; --reasoning-format none leaves the
+    reasoning in content (llama-server's flags)."""
+    from glm5next_runtime.server.main import chat_template
+    from glm5next_runtime.server.args import parse_args
+    from glm5next_runtime.server.request_defaults import RequestDefaults
+    template = chat_template(model, parse_args(["-m", model.path]))
+    config = ServerConfig(model_name="m", chat_template=template,
+                          sampling=RequestDefaults(reasoning_format=fmt, reasoning_budget=budget))
+    try:
+        with TestClient(create_app(SlotPool([model]), config)) as client:
+            chat = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3, "temperature": 0}
+            prompt = client.post("/apply-template", json=chat).json()["prompt"]
+            assert prompt.endswith("<think></think>\n") == (budget == 0)
+            on = chat | {"chat_template_kwargs": {"enable_thinking": True}}
+            assert client.post("/apply-template", json=on).json()["prompt"].endswith("<think>")
+            message = client.post("/v1/chat/completions", json=chat).json()["choices"][0]["message"]
+            assert ("reasoning_content" in message) == (budget == -1 and fmt is None)
+    finally:
+        template.close()
+
+
+def test_reasoning_budget_takes_llama_servers_two_values():
+    from glm5next_runtime.server.args import parse_args
+    with pytest.raises(SystemExit):
+        parse_args(["-m", "x.gguf", "--reasoning-budget", "512"])

@@ -19,7 +19,7 @@ the Python API of the top-level package.
     reply_parts.py  a reply's reasoning, text and tool-call parts as they stream (Anthropic's blocks, Responses'
                   items)
     slot_tasks.py what the slots run: llama-server's task params, GET /slots
-    sampling_defaults.py  --temp, --top-k, --top-p, --min-p, -n: the requests' defaults
+    request_defaults.py  --temp, --top-k, --top-p, --min-p, -n, --reasoning-*: the requests' defaults
     prefill.py    assistant prefill: a final assistant message is continued
     builtin_templates.py  chat templates by llama-server's names (--no-jinja, files without one)
     build_info.py build_info / system_fingerprint

@@ -12,7 +12,7 @@ from .body_limit import DEFAULT_MAX_BODY_MIB
 from .builtin_templates import BUILTIN, DEFAULT, looks_like_jinja
 from .cors import CORSPolicy
 from .prompt_cache import DEFAULT_CACHE_RAM_MIB
-from .sampling_defaults import NO_LIMIT, SamplingDefaults
+from .request_defaults import NO_LIMIT, RequestDefaults
 from .schemas import INT32_MAX
 
 PROG = "glm5next-server"
@@ -40,7 +40,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     common.add_argument("-v", "--verbose", "--log-verbose", action="store_true", help="log at debug level")
 
     sampling = p.add_argument_group("sampling params", "server-wide defaults: a request's own field wins")
-    d = SamplingDefaults()
+    d = RequestDefaults()
     sampling.add_argument("--temp", "--temperature", dest="temperature", type=float, default=d.temperature,
                           metavar="N", help=f"temperature ({d.temperature}; <= 0: greedy)")
     sampling.add_argument("--top-k", type=int, default=d.top_k, metavar="N", help=f"top-k ({d.top_k}, 0 = disabled)")
@@ -53,6 +53,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     for flag, neutral in PENALTIES.items():
         sampling.add_argument(flag, type=float, default=neutral, metavar="N",
                               help=f"{neutral} only: the sampler has no penalties")
+
+    sampling.add_argument("--reasoning-format", choices=("auto", "deepseek", "none"), metavar="FORMAT",
+                          help="where a chat's reasoning goes: auto / deepseek (reasoning_content, the default) or "
+                          "none (left in content)")
+    sampling.add_argument("--reasoning-budget", type=int, default=-1, metavar="N",
+                          help="thinking allowed: -1 (as the template and the request say, the default) or 0 (off "
+                          "unless a request turns it on)")
 
     server = p.add_argument_group("server-specific params")
     server.add_argument("--host", default="127.0.0.1", type=split_list, metavar="HOST[,HOST...]",
@@ -115,6 +122,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def problems(args: argparse.Namespace) -> list[str]:
     """What is wrong with parsed flags, each message naming its flag (the first is reported)."""
     out = []
+    if args.reasoning_budget not in (-1, 0):
+        out.append(f"--reasoning-budget {args.reasoning_budget}: -1 (unrestricted) or 0 (thinking off), as "
+                   "llama-server takes it")
     if args.cache_ram < -1:
         out.append(f"--cache-ram {args.cache_ram}: must be >= -1 (-1: no limit, 0: off)")
     if args.parallel < 1:

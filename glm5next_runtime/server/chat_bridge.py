@@ -9,12 +9,12 @@ from pydantic import ValidationError
 
 from ..tool_calls import string_parameters
 from .errors import invalid_body
-from .sampling_defaults import SamplingDefaults
+from .request_defaults import RequestDefaults
 from .schemas import ChatRequest
 from .tool_replies import ToolCalls
 
 
-def as_chat(fields: dict[str, Any], sampling: SamplingDefaults) -> ChatRequest:
+def as_chat(fields: dict[str, Any], sampling: RequestDefaults) -> ChatRequest:
     """ChatRequest of `fields` (its own names) with the server's sampling defaults for what they leave out. Raises
     APIError (400) naming the field that does not validate."""
     try:

@@ -8,7 +8,7 @@ from pathlib import Path
 from .body_limit import DEFAULT_MAX_BODY_MIB
 from .cors import CORSPolicy
 from .prompt_cache import PromptCache
-from .sampling_defaults import SamplingDefaults
+from .request_defaults import RequestDefaults
 from .stopping import GRACE_S
 from .templates import TemplateWorkers
 
@@ -21,7 +21,8 @@ class ServerConfig:
         request's `model` when it names one (any name: llama-server with one model answers them all).
     aliases, tags: --alias and --tags, listed in /v1/models.
     chat_template: None: chat is off (501); the server always has one (a built-in at least, main.py).
-    sampling: the server-wide sampling defaults (--temp, --top-k, --top-p, --min-p, -n).
+    sampling: the server-wide request defaults (--temp, --top-k, --top-p, --min-p, -n, --reasoning-format,
+        --reasoning-budget).
     default_seed: the seed of requests that bring none (None: a random one each time).
     api_key: None: no authentication.
     max_body_bytes: larger request bodies get a 413 (--max-body-mib).
@@ -44,7 +45,7 @@ class ServerConfig:
     slot_save_dir: Path | None = None
     aliases: tuple[str, ...] = ()
     tags: tuple[str, ...] = ()
-    sampling: SamplingDefaults = SamplingDefaults()
+    sampling: RequestDefaults = RequestDefaults()
     metrics: bool = False
     slots_endpoint: bool = True
     props_endpoint: bool = False

@@ -27,7 +27,7 @@ from .args import PROG, parse_args, slot_ctx
 from .builtin_templates import template_source
 from .cors import CORSPolicy
 from .prompt_cache import PromptCache
-from .sampling_defaults import SamplingDefaults
+from .request_defaults import RequestDefaults
 from .slots import SlotPool
 from .stopping import GRACE_S
 from .templates import TemplateLimits, TemplateWorkers
@@ -113,8 +113,8 @@ def serve(args: argparse.Namespace, models: list[Model], template: TemplateWorke
     names = sorted(args.alias) or [Path(args.model).name]  # llama-server keeps its aliases in a sorted set
     config = ServerConfig(model_name=names[0], aliases=tuple(names) if args.alias else (), tags=tuple(args.tags),
                           chat_template=template, special=args.special, default_seed=request_seed(args),
-                          sampling=SamplingDefaults(args.temperature, args.top_k, args.top_p, args.min_p,
-                                                    args.n_predict),
+                          sampling=RequestDefaults(args.temperature, args.top_k, args.top_p, args.min_p,
+                                                   args.n_predict, args.reasoning_format, args.reasoning_budget),
                           api_key=args.api_key, max_body_bytes=args.max_body_mib << 20,
                           prompt_cache=prompt_cache(args.cache_ram), slot_save_dir=slot_save_dir(args.slot_save_path),
                           metrics=args.metrics, slots_endpoint=args.slots, props_endpoint=args.props,
