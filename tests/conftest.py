@@ -47,6 +47,13 @@ def plain_gguf(checkpoints) -> Path:
 
 
 @pytest.fixture(scope="session")
+def predictable_gguf(checkpoints) -> Path:
+    """The "predictable" preset (f32): the NextN head drafts what the trunk will say, so drafts are accepted at
+    every position, and greedy text from most prompts runs for thousands of tokens."""
+    return checkpoints.convert(checkpoints.make("spec-predictable", "predictable", dtype="f32"), outtype="f32")
+
+
+@pytest.fixture(scope="session")
 def rpc_servers() -> RpcServers:
     """glm5next-rpc-server processes on loopback, by name, alive until the test process ends (see rpc_servers.py)."""
     return RpcServers()

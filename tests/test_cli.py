@@ -17,13 +17,8 @@ TIMEOUT = 60
 
 
 @pytest.fixture(scope="module")
-def gguf(checkpoints) -> Path:
-    return checkpoints.convert(checkpoints.make("spec-predictable", "predictable", dtype="f32"), outtype="f32")
-
-
-@pytest.fixture(scope="module")
-def model(gguf) -> Model:
-    return Model(gguf, n_ctx=256, n_threads=1)
+def model(predictable_gguf) -> Model:
+    return Model(predictable_gguf, n_ctx=256, n_threads=1)
 
 
 def run_cli(gguf: Path, *flags: str) -> subprocess.CompletedProcess:
@@ -31,9 +26,9 @@ def run_cli(gguf: Path, *flags: str) -> subprocess.CompletedProcess:
                           text=True, timeout=TIMEOUT)
 
 
-def test_greedy_text_and_report(gguf, model):
+def test_greedy_text_and_report(predictable_gguf, model):
     want = model.generate(PROMPT, max_tokens=16, temperature=0)
-    run = run_cli(gguf, "-p", PROMPT, "-n", "16", "--temp", "0")
+    run = run_cli(predictable_gguf, "-p", PROMPT, "-n", "16", "--temp", "0")
     assert run.returncode == 0, run.stderr
     assert run.stdout == want.text + "\n"
     assert "speculation: draft-mtp" in run.stderr and "placement: CPU:" in run.stderr
@@ -44,17 +39,17 @@ def test_greedy_text_and_report(gguf, model):
     assert float(re.search(r"mean accepted length ([\d.]+)", run.stderr).group(1)) > 1
 
 
-def test_spec_flags(gguf, model):
+def test_spec_flags(predictable_gguf, model):
     want = model.generate(PROMPT, max_tokens=16, temperature=0).text + "\n"
-    off = run_cli(gguf, "-p", PROMPT, "-n", "16", "--temp", "0", "--spec-type", "none")
+    off = run_cli(predictable_gguf, "-p", PROMPT, "-n", "16", "--temp", "0", "--spec-type", "none")
     assert off.returncode == 0 and off.stdout == want
     assert "speculation: none (--spec-type none)" in off.stderr and "draft-mtp:" not in off.stderr
-    one = run_cli(gguf, "-p", PROMPT, "-n", "16", "--temp", "0", "--spec-draft-n-max", "1")
+    one = run_cli(predictable_gguf, "-p", PROMPT, "-n", "16", "--temp", "0", "--spec-draft-n-max", "1")
     assert one.returncode == 0 and one.stdout == want
     assert len(re.search(r"acceptance per position: ([\d. ]+);", one.stderr).group(1).split()) == 1
 
 
-def test_separate_draft_file_and_draft_type(checkpoints, gguf, model):
+def test_separate_draft_file_and_draft_type(checkpoints, predictable_gguf, model):
     """-md (a trunk-only -m file plus a --mtp-only draft file) and --spec-draft-type q4_0 keep the greedy text."""
     ckpt = checkpoints.make("spec-predictable", "predictable", dtype="f32")
     trunk = checkpoints.convert(ckpt, tag="-trunk", outtype="f32", layout="no-mtp")
@@ -66,10 +61,10 @@ def test_separate_draft_file_and_draft_type(checkpoints, gguf, model):
     assert f"the NextN layer of {head}" in split.stderr and "draft type q4_0" in split.stderr
 
 
-def test_seeded_sampling_matches_the_python_api(gguf, model):
+def test_seeded_sampling_matches_the_python_api(predictable_gguf, model):
     want = model.generate(PROMPT, max_tokens=12, temperature=1.0, seed=3).text + "\n"
     for _ in range(2):
-        run = run_cli(gguf, "-p", PROMPT, "-n", "12", "--temp", "1.0", "--seed", "3")
+        run = run_cli(predictable_gguf, "-p", PROMPT, "-n", "12", "--temp", "1.0", "--seed", "3")
         assert run.returncode == 0 and run.stdout == want
 
 
@@ -87,23 +82,23 @@ class Recorder:
         pass
 
 
-def test_text_is_streamed(gguf, model, monkeypatch):
+def test_text_is_streamed(predictable_gguf, model, monkeypatch):
     out = Recorder()
     monkeypatch.setattr(sys, "stdout", out)
-    assert cli.main(["-m", str(gguf), "-t", "1", "-c", "256", "-p", PROMPT, "-n", "16", "--temp", "0"]) == 0
+    assert cli.main(["-m", str(predictable_gguf), "-t", "1", "-c", "256", "-p", PROMPT, "-n", "16", "--temp", "0"]) == 0
     assert len(out.writes) > 2  # piece by piece, then the final newline
     assert "".join(out.writes) == model.generate(PROMPT, max_tokens=16, temperature=0).text + "\n"
 
 
 @pytest.mark.parametrize("flags, code, message", [
     (["--spec-draft-type", "q5_k"], 2, "invalid choice"),
-    (["-md", "/no/such/draft.gguf"], 1, "draft.gguf"),
+    (["-md", "/no/such/draft.predictable_gguf"], 1, "draft.predictable_gguf"),
     (["-n", "-2"], 2, "-n/--n-predict -2: must be >= -1"),
     (["-c", "4", "-n", "1"], 1, "more than the context holds"),
     (["--override-kv", "bad"], 1, "expected KEY=TYPE:VALUE"),
 ])
-def test_errors(gguf, capsys, flags, code, message):
-    argv = ["-m", str(gguf), "-t", "1", "-p", PROMPT, *flags]
+def test_errors(predictable_gguf, capsys, flags, code, message):
+    argv = ["-m", str(predictable_gguf), "-t", "1", "-p", PROMPT, *flags]
     if code == 2:
         with pytest.raises(SystemExit) as e:
             cli.main(argv)
@@ -114,6 +109,6 @@ def test_errors(gguf, capsys, flags, code, message):
 
 
 def test_missing_file():
-    run = subprocess.run([str(CLI), "-m", "/no/such.gguf", "-p", "x"], capture_output=True, text=True,
+    run = subprocess.run([str(CLI), "-m", "/no/such.predictable_gguf", "-p", "x"], capture_output=True, text=True,
                          timeout=TIMEOUT)
     assert run.returncode == 1 and run.stderr.startswith("glm5next-cli: error: ") and "no such file" in run.stderr

@@ -14,11 +14,6 @@ PROMPT = random_tokens(120, seed=21)  # index_topk is 16: 7x past it, so sparsit
 
 
 @pytest.fixture(scope="module")
-def gguf(checkpoints):
-    return checkpoints.convert(checkpoints.make("spec-predictable", "predictable", dtype="f32"), outtype="f32")
-
-
-@pytest.fixture(scope="module")
 def devices(rpc_servers):
     """Two RPC devices (by endpoint); registered once per test process."""
     from glm5next_runtime import _core
@@ -48,9 +43,9 @@ def run(model):
 
 
 @pytest.fixture(scope="module")
-def cpu_only(gguf):
+def cpu_only(predictable_gguf):
     from glm5next_runtime import Model
-    m = Model(gguf, n_ctx=256, n_threads=2)
+    m = Model(predictable_gguf, n_ctx=256, n_threads=2)
     out = run(m)
     assert m.graph_splits == 1
     return out
@@ -73,10 +68,10 @@ PLACEMENTS = {
 
 
 @pytest.mark.parametrize("placement", sorted(PLACEMENTS))
-def test_placed_model_gives_the_cpu_logits_and_selections(gguf, devices, cpu_only, placement):
+def test_placed_model_gives_the_cpu_logits_and_selections(predictable_gguf, devices, cpu_only, placement):
     from glm5next_runtime import Model
     a, b = (device_name(e) for e in devices)
-    m = Model(gguf, n_ctx=256, n_threads=2, **PLACEMENTS[placement](a, b))
+    m = Model(predictable_gguf, n_ctx=256, n_threads=2, **PLACEMENTS[placement](a, b))
     placed = {dev for dev in m.placement().values() if dev != "CPU"}
     assert placed, "the plan puts something on a device"
     assert set(m.devices) == placed  # the plan that is printed is the plan that runs
@@ -91,24 +86,24 @@ def test_placed_model_gives_the_cpu_logits_and_selections(gguf, devices, cpu_onl
 
 
 @pytest.mark.parametrize("placement", sorted(PLACEMENTS))
-def test_greedy_draft_mtp_equals_plain_decoding_when_placed(gguf, devices, placement):
+def test_greedy_draft_mtp_equals_plain_decoding_when_placed(predictable_gguf, devices, placement):
     from glm5next_runtime import Model
     a, b = (device_name(e) for e in devices)
-    m = Model(gguf, n_ctx=256, n_threads=2, spec_type="draft-mtp", draft_n_max=3, **PLACEMENTS[placement](a, b))
+    m = Model(predictable_gguf, n_ctx=256, n_threads=2, spec_type="draft-mtp", draft_n_max=3, **PLACEMENTS[placement](a, b))
     plain = m.generate(PROMPT, max_tokens=60, temperature=0, spec_n_max=0).tokens
     spec = m.generate(PROMPT, max_tokens=60, temperature=0)
     assert spec.tokens == plain
     assert spec.metrics["n_accepted"] > 0  # the rounds really kept drafts
 
 
-def test_device_process_holds_the_weights_placed_on_it(gguf, rpc_servers):
+def test_device_process_holds_the_weights_placed_on_it(predictable_gguf, rpc_servers):
     """Measured from the server process (resident memory), not from our own accounting."""
     from glm5next_runtime import Model, _core
     endpoint, proc = rpc_servers.get("devices-memory")
     _core.add_rpc_servers([endpoint])
     name = device_name(endpoint)
     before = psutil.Process(proc.pid).memory_info().rss
-    m = Model(gguf, n_ctx=256, n_threads=2, override_tensor=[rf"blk\.=" + name])
+    m = Model(predictable_gguf, n_ctx=256, n_threads=2, override_tensor=[rf"blk\.=" + name])
     placed = sum(t.nbytes for t in m.tensors() if m.placement()[t.name] == name)
     reported = next(r for r in m.memory() if r["device"] == name)
     grown = psutil.Process(proc.pid).memory_info().rss - before
@@ -118,20 +113,20 @@ def test_device_process_holds_the_weights_placed_on_it(gguf, rpc_servers):
     assert 0.95 * reported["weights"] <= grown <= ceiling
 
 
-def test_rpc_given_as_one_string(gguf, devices):
+def test_rpc_given_as_one_string(predictable_gguf, devices):
     from glm5next_runtime import Model
-    m = Model(gguf, n_ctx=64, n_threads=1, rpc=devices[0], devices=[device_name(devices[0])], n_gpu_layers=1)
+    m = Model(predictable_gguf, n_ctx=64, n_threads=1, rpc=devices[0], devices=[device_name(devices[0])], n_gpu_layers=1)
     assert m.devices == [device_name(devices[0])]
 
 
-def test_sequences_of_one_model_share_the_placed_weights(gguf, rpc_servers):
+def test_sequences_of_one_model_share_the_placed_weights(predictable_gguf, rpc_servers):
     """Model.another_sequence (the server's slots) loads nothing again: the device process grows by the weights
     once, and each sequence decodes on its own caches with the same results."""
     from glm5next_runtime import Model, _core
     endpoint, proc = rpc_servers.get("devices-shared")
     _core.add_rpc_servers([endpoint])
     name = device_name(endpoint)
-    m = Model(gguf, n_ctx=256, n_threads=2, override_tensor=[rf"blk\.=" + name])
+    m = Model(predictable_gguf, n_ctx=256, n_threads=2, override_tensor=[rf"blk\.=" + name])
     placed = sum(t.nbytes for t in m.tensors() if m.placement()[t.name] == name)
     before = psutil.Process(proc.pid).memory_info().rss
     others = [m.another_sequence() for _ in range(2)]
@@ -145,11 +140,11 @@ def test_sequences_of_one_model_share_the_placed_weights(gguf, rpc_servers):
 
 @pytest.mark.parametrize("devices_arg,message", [(["NoSuchGpu0"], "unknown offload device"),
                                                  (["{a}", "{a}"], "given twice")])
-def test_bad_device_list_names_the_culprit(gguf, devices, devices_arg, message):
+def test_bad_device_list_names_the_culprit(predictable_gguf, devices, devices_arg, message):
     from glm5next_runtime import Model
     a = device_name(devices[0])
     with pytest.raises(ValueError, match=message):
-        Model(gguf, n_ctx=64, n_threads=1, devices=[d.format(a=a) for d in devices_arg], n_gpu_layers=99)
+        Model(predictable_gguf, n_ctx=64, n_threads=1, devices=[d.format(a=a) for d in devices_arg], n_gpu_layers=99)
 
 
 @pytest.mark.parametrize("draft_on", ["trunk-device", "CPU"])

@@ -27,10 +27,10 @@ def test_requantized_draft_layer_matches_a_converted_one(checkpoints, qtype):
     assert not np.array_equal(requant, plain)
 
 
-def test_greedy_speculation_with_a_q4_0_draft_layer(checkpoints):
+def test_greedy_speculation_with_a_q4_0_draft_layer(predictable_gguf):
     from glm5next_runtime import Model
 
-    path = checkpoints.convert(checkpoints.make("spec-predictable", "predictable", dtype="f32"), outtype="f32")
+    path = predictable_gguf
     prompt = random_tokens(80, seed=7)
     plain = Model(path, n_ctx=512, n_threads=2, spec_type="none").generate(prompt, 120, temperature=0)
     spec = Model(path, n_ctx=512, n_threads=2, spec_draft_type="q4_0").generate(prompt, 120, temperature=0)

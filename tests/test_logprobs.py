@@ -13,10 +13,9 @@ N_TOP = 4
 
 
 @pytest.fixture(scope="module")
-def model(checkpoints):
+def model(predictable_gguf):
     from glm5next_runtime import Model
-    path = checkpoints.convert(checkpoints.make("spec-predictable", "predictable", dtype="f32"), outtype="f32")
-    return Model(path, n_ctx=256, n_threads=2)
+    return Model(predictable_gguf, n_ctx=256, n_threads=2)
 
 
 def run(model, n_max: int, n: int = 16, **sampler) -> tuple[list[int], list[tuple]]:

@@ -55,13 +55,8 @@ def wait_idle(server: Server, slots: int, limit: float = 15.0, **kw) -> None:
 
 
 @pytest.fixture(scope="module")
-def spec_gguf(checkpoints) -> Path:
-    return checkpoints.convert(checkpoints.make("spec-predictable", "predictable", dtype="f32"), outtype="f32")
-
-
-@pytest.fixture(scope="module")
-def spec(spec_gguf, tmp_path_factory):
-    server = Server(spec_gguf, tmp_path_factory.mktemp("spec") / "server.log", "-np", "2", "--metrics",
+def spec(predictable_gguf, tmp_path_factory):
+    server = Server(predictable_gguf, tmp_path_factory.mktemp("spec") / "server.log", "-np", "2", "--metrics",
                     n_ctx=2 * N_CTX)  # the slots share -c: N_CTX each
     yield server
     server.stop()
@@ -76,8 +71,8 @@ def plain(plain_gguf, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def spec_model(spec_gguf) -> Model:
-    return Model(spec_gguf, n_ctx=N_CTX, n_threads=1)
+def spec_model(predictable_gguf) -> Model:
+    return Model(predictable_gguf, n_ctx=N_CTX, n_threads=1)
 
 
 @pytest.fixture(scope="module")
@@ -102,10 +97,10 @@ def test_start_up_log_says_speculation_and_placement(spec, plain):
     assert "speculation: none (the file has no NextN layer)" in plain_log
 
 
-def test_health_and_models(spec, plain, spec_gguf):
+def test_health_and_models(spec, plain, predictable_gguf):
     status, body = get(spec, "/health")
     assert status == 200 and json.loads(body) == {"status": "ok", "slots_idle": 2, "slots_processing": 0}
-    assert [m.id for m in spec.client().models.list()] == [spec_gguf.name]
+    assert [m.id for m in spec.client().models.list()] == [predictable_gguf.name]
     assert [m.id for m in plain.client(API_KEY).models.list()] == [ALIAS]
 
 
@@ -455,9 +450,9 @@ def no_serving(monkeypatch):
     (["--api-key", "sk-key "], "--api-key: the key starts or ends with a space"),
     (["--max-body-mib", "0"], "--max-body-mib 0: must be >= 1"),
 ])
-def test_usage_errors_exit_2(spec_gguf, no_serving, capsys, flags, message):
+def test_usage_errors_exit_2(predictable_gguf, no_serving, capsys, flags, message):
     with pytest.raises(SystemExit) as e:
-        server_module.main(["-m", str(spec_gguf), *flags])
+        server_module.main(["-m", str(predictable_gguf), *flags])
     assert e.value.code == 2 and message in capsys.readouterr().err and not no_serving
 
 
@@ -468,8 +463,8 @@ def test_usage_errors_exit_2(spec_gguf, no_serving, capsys, flags, message):
     (["-c", "0"], "n_ctx = 0"),
     (["-md", "/no/such/draft.gguf"], "draft.gguf"),
 ])
-def test_load_errors_exit_1_before_serving(spec_gguf, no_serving, capsys, flags, message):
-    assert server_module.main(["-m", str(spec_gguf), *flags]) == 1
+def test_load_errors_exit_1_before_serving(predictable_gguf, no_serving, capsys, flags, message):
+    assert server_module.main(["-m", str(predictable_gguf), *flags]) == 1
     err = capsys.readouterr().err
     assert err.startswith("glm5next-server: error: ") and message in err and not no_serving
 
@@ -481,18 +476,18 @@ def test_missing_file_and_speculation_without_nextn(plain_gguf, no_serving, caps
     assert "needs a NextN layer" in capsys.readouterr().err and not no_serving
 
 
-def test_spec_type_none_is_logged(spec_gguf, no_serving, caplog):
+def test_spec_type_none_is_logged(predictable_gguf, no_serving, caplog):
     caplog.set_level(logging.INFO, logger="glm5next.server")
-    assert server_module.main(["-m", str(spec_gguf), "-t", "1", "-c", "64", "--spec-type", "none",
+    assert server_module.main(["-m", str(predictable_gguf), "-t", "1", "-c", "64", "--spec-type", "none",
                                "--host", "127.0.0.2", "--port", "9"]) == 0
     assert "speculation: none (--spec-type none)" in caplog.text
     (_app, kw), = no_serving
     assert (kw["host"], kw["port"]) == ("127.0.0.2", 9)
 
 
-def test_bad_override_kv_process_exits_without_binding(spec_gguf):
+def test_bad_override_kv_process_exits_without_binding(predictable_gguf):
     port = free_port()
-    run = subprocess.run([str(SERVER), "-m", str(spec_gguf), "--port", str(port),
+    run = subprocess.run([str(SERVER), "-m", str(predictable_gguf), "--port", str(port),
                           "--override-kv", "glm5next.attention.indexer.top_k=str"],
                          capture_output=True, text=True, timeout=TIMEOUT)
     assert run.returncode == 1 and "--override-kv" in run.stderr and "Uvicorn running" not in run.stderr

@@ -13,7 +13,6 @@ import http.client
 import json
 import socket
 import time
-from pathlib import Path
 
 import anthropic
 import pytest
@@ -34,20 +33,15 @@ NO_THINK = {"chat_template_kwargs": {"enable_thinking": False}}
 
 
 @pytest.fixture(scope="module")
-def spec_gguf(checkpoints) -> Path:
-    return checkpoints.convert(checkpoints.make("spec-predictable", "predictable", dtype="f32"), outtype="f32")
-
-
-@pytest.fixture(scope="module")
-def srv(spec_gguf, tmp_path_factory):
-    server = Server(spec_gguf, tmp_path_factory.mktemp("agents") / "server.log", "--metrics")
+def srv(predictable_gguf, tmp_path_factory):
+    server = Server(predictable_gguf, tmp_path_factory.mktemp("agents") / "server.log", "--metrics")
     yield server
     server.stop()
 
 
 @pytest.fixture(scope="module")
-def nospec(spec_gguf, tmp_path_factory):
-    server = Server(spec_gguf, tmp_path_factory.mktemp("agents-nospec") / "server.log", "--spec-type", "none")
+def nospec(predictable_gguf, tmp_path_factory):
+    server = Server(predictable_gguf, tmp_path_factory.mktemp("agents-nospec") / "server.log", "--spec-type", "none")
     yield server
     server.stop()
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import random
-from pathlib import Path
 
 import anthropic
 import anthropic.types
@@ -71,9 +70,8 @@ RESPONSES_INPUT = [{"role": "user", "content": "Weather in Paris?"},
 
 
 @pytest.fixture(scope="module")
-def srv(checkpoints, tmp_path_factory):
-    gguf: Path = checkpoints.convert(checkpoints.make("spec-predictable", "predictable", dtype="f32"), outtype="f32")
-    server = Server(gguf, tmp_path_factory.mktemp("agent-tools") / "server.log")
+def srv(predictable_gguf, tmp_path_factory):
+    server = Server(predictable_gguf, tmp_path_factory.mktemp("agent-tools") / "server.log")
     yield server
     server.stop()
 

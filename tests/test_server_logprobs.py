@@ -23,20 +23,15 @@ PLAIN = {"speculative.n_max": 0}
 
 
 @pytest.fixture(scope="module")
-def spec_gguf(checkpoints):
-    return checkpoints.convert(checkpoints.make("spec-predictable", "predictable", dtype="f32"), outtype="f32")
-
-
-@pytest.fixture(scope="module")
-def server(spec_gguf, tmp_path_factory):
-    server = Server(spec_gguf, tmp_path_factory.mktemp("logprobs") / "server.log")
+def server(predictable_gguf, tmp_path_factory):
+    server = Server(predictable_gguf, tmp_path_factory.mktemp("logprobs") / "server.log")
     yield server
     server.stop()
 
 
 @pytest.fixture(scope="module")
-def model(spec_gguf) -> Model:
-    return Model(spec_gguf, n_ctx=N_CTX, n_threads=1)
+def model(predictable_gguf) -> Model:
+    return Model(predictable_gguf, n_ctx=N_CTX, n_threads=1)
 
 
 def piece(model: Model, token: int) -> str:

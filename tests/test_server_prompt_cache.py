@@ -17,33 +17,28 @@ SYSTEM = "You answer in one short sentence and never repeat the question. " * 40
 
 
 @pytest.fixture(scope="module")
-def gguf(checkpoints) -> Path:
-    return checkpoints.convert(checkpoints.make("spec-predictable", "predictable", dtype="f32"), outtype="f32")
-
-
-@pytest.fixture(scope="module")
 def saves(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("slot-files")
 
 
 @pytest.fixture(scope="module")
-def server(gguf, saves, tmp_path_factory):
-    s = Server(gguf, tmp_path_factory.mktemp("cache") / "server.log", "-np", "2", "--slot-save-path", str(saves),
+def server(predictable_gguf, saves, tmp_path_factory):
+    s = Server(predictable_gguf, tmp_path_factory.mktemp("cache") / "server.log", "-np", "2", "--slot-save-path", str(saves),
                "-cpent", str(CHECKPOINT_EVERY))
     yield s
     s.stop()
 
 
 @pytest.fixture(scope="module")
-def one_slot(gguf, tmp_path_factory):
-    s = Server(gguf, tmp_path_factory.mktemp("one-slot") / "server.log", "-np", "1", "--cache-ram", "64")
+def one_slot(predictable_gguf, tmp_path_factory):
+    s = Server(predictable_gguf, tmp_path_factory.mktemp("one-slot") / "server.log", "-np", "1", "--cache-ram", "64")
     yield s
     s.stop()
 
 
 @pytest.fixture(scope="module")
-def one_slot_no_ram(gguf, tmp_path_factory):
-    s = Server(gguf, tmp_path_factory.mktemp("one-slot-no-ram") / "server.log", "-np", "1", "--cache-ram", "0")
+def one_slot_no_ram(predictable_gguf, tmp_path_factory):
+    s = Server(predictable_gguf, tmp_path_factory.mktemp("one-slot-no-ram") / "server.log", "-np", "1", "--cache-ram", "0")
     yield s
     s.stop()
 

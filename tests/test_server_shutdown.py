@@ -10,21 +10,13 @@ import signal
 import socket
 import threading
 import time
-from pathlib import Path
 
 import psutil
-import pytest
 
 from glm5next_runtime.server.stopping import GRACE_S
 from live_server import TIMEOUT, Server, get, post_json
 
 N_CTX = 32768  # long enough that a greedy generation outlives the grace period
-
-
-@pytest.fixture(scope="module")
-def gguf(checkpoints) -> Path:
-    """The "predictable" file: greedy text from these prompts runs for thousands of tokens (test_server.py)."""
-    return checkpoints.convert(checkpoints.make("spec-predictable", "predictable", dtype="f32"), outtype="f32")
 
 
 def wait_for(check, limit: float = TIMEOUT) -> None:
@@ -51,8 +43,8 @@ def stream_events(server: Server, out: list) -> None:
             out.append(json.loads(line[len(b"data: "):]))
 
 
-def test_stopping_answers_queued_requests_503_and_cuts_running_ones_after_the_grace(gguf, tmp_path):
-    server = Server(gguf, tmp_path / "server.log", "-np", "2", "--metrics", n_ctx=2 * N_CTX)  # N_CTX each
+def test_stopping_answers_queued_requests_503_and_cuts_running_ones_after_the_grace(predictable_gguf, tmp_path):
+    server = Server(predictable_gguf, tmp_path / "server.log", "-np", "2", "--metrics", n_ctx=2 * N_CTX)  # N_CTX each
     try:
         results: dict[str, tuple[int, dict, float]] = {}
 
@@ -100,8 +92,8 @@ def test_stopping_answers_queued_requests_503_and_cuts_running_ones_after_the_gr
         server.stop()
 
 
-def test_a_client_hanging_up_mid_upload_costs_one_log_line(gguf, tmp_path):
-    server = Server(gguf, tmp_path / "server.log")
+def test_a_client_hanging_up_mid_upload_costs_one_log_line(predictable_gguf, tmp_path):
+    server = Server(predictable_gguf, tmp_path / "server.log")
     try:
         for _ in range(3):
             with socket.create_connection(("127.0.0.1", server.port), timeout=TIMEOUT) as sock:

@@ -4,7 +4,6 @@ templates render them, and what cannot be done yet is a 400 naming the field. Ho
 tool_calls is tests/test_tool_calls.py's (model-independent text)."""
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 
@@ -25,22 +24,17 @@ NATIVE_TEMPLATE = ("{%- if tools -%}<|system|>TOOLS:{% for t in tools %}{{ t.fun
 
 
 @pytest.fixture(scope="module")
-def gguf(checkpoints) -> Path:
-    return checkpoints.convert(checkpoints.make("spec-predictable", "predictable", dtype="f32"), outtype="f32")
-
-
-@pytest.fixture(scope="module")
-def server(gguf, tmp_path_factory):
-    s = Server(gguf, tmp_path_factory.mktemp("tools") / "server.log")
+def server(predictable_gguf, tmp_path_factory):
+    s = Server(predictable_gguf, tmp_path_factory.mktemp("tools") / "server.log")
     yield s
     s.stop()
 
 
 @pytest.fixture(scope="module")
-def native(gguf, tmp_path_factory):
+def native(predictable_gguf, tmp_path_factory):
     d = tmp_path_factory.mktemp("tools-native")
     (d / "template.jinja").write_text(NATIVE_TEMPLATE)
-    s = Server(gguf, d / "server.log", "--chat-template-file", str(d / "template.jinja"))
+    s = Server(predictable_gguf, d / "server.log", "--chat-template-file", str(d / "template.jinja"))
     yield s
     s.stop()
 
