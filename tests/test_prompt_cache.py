@@ -98,6 +98,22 @@ def test_cache_hit_after_each_way_a_request_ends(cached, fresh, ending):
     assert hit.tokens == want.tokens and hit.metrics["n_cached_tokens"] > 0
 
 
+@pytest.mark.parametrize("spec_n_max", [0, 3])
+@pytest.mark.parametrize("earlier", ["same prompt", "max_tokens 0"])
+def test_the_same_prompt_again_evaluates_nothing(cached, fresh, spec_n_max, earlier):
+    """The prompt's end keeps its last row's logits: the same prompt sent again (a regenerate, a retry) resumes all of
+    it, evaluates nothing and answers as a fresh sequence does."""
+    kw = dict(temperature=0, spec_n_max=spec_n_max)
+    cached.generate(FIRST, max_tokens=N_GEN if earlier == "same prompt" else 0, **kw)
+    hit = cached.generate(FIRST, max_tokens=N_GEN, **kw)
+    want = fresh.generate(FIRST, max_tokens=N_GEN, cache_prompt=False, **kw)
+    assert hit.metrics["n_cached_tokens"] == len(FIRST) and hit.tokens == want.tokens
+    if spec_n_max:
+        assert hit.metrics["accepted_at"] == want.metrics["accepted_at"]
+    again = cached.generate(FIRST + hit.tokens[:3], max_tokens=N_GEN, **kw)  # and the turn after it still resumes
+    assert again.metrics["n_cached_tokens"] >= len(FIRST)
+
+
 def test_no_common_prefix_starts_over(cached):
     cached.generate(FIRST, max_tokens=2, temperature=0)
     other = random_tokens(30, seed=5)
@@ -116,7 +132,7 @@ def test_checkpoints_are_bounded(gguf):
     m.generate(FIRST, max_tokens=2, temperature=0)  # prefill checkpoints at 24, 48, 72 and the prompt's end
     stats = m.checkpoints()
     assert stats["count"] == 2 and stats["rows"] == [48, 72] and stats["max_count"] == 2
-    assert stats["bytes"] == 2 * stats["bytes_each"]
+    assert stats["bytes"] == 2 * stats["bytes_each"] + 4 * m.n_vocab  # the prompt's end keeps its logits too
     hp = m.hparams  # one checkpoint: every KDA layer's conv window and state, and one hidden row (4 bytes each)
     n_kda = sum(1 for kv in hp["head_count_kv"][:hp["n_trunk"]] if kv == 0)
     inner = hp["kda_head_dim"] * hp["n_head"]

@@ -16,6 +16,13 @@ const Checkpoint * Checkpoints::newest_at_or_before(int64_t max_row) const {
     return nullptr;
 }
 
+const Checkpoint * Checkpoints::with_logits_at(int64_t row) const {
+    for (const Checkpoint & c : list_) {
+        if ((int64_t) c.n_past() == row && !c.logits.empty()) return &c;
+    }
+    return nullptr;
+}
+
 void Checkpoints::drop_after(int64_t row) {
     while (!list_.empty() && (int64_t) list_.back().n_past() > row) list_.pop_back();
 }

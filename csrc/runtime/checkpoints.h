@@ -13,12 +13,15 @@
 namespace glm5next {
 
 // The sequence after trunk.n_past rows: the trunk's recurrent state and the post-norm hidden state of row
-// n_past-1 [n_embd] (the draft head's row n_past-1 pairs it with the next token, which the next request brings).
+// n_past-1 [n_embd] (the draft head's row n_past-1 pairs it with the next token, which the next request brings);
+// for a prompt's end also that row's logits [n_vocab], so that the same prompt sent again samples its first
+// token from them and evaluates nothing (empty elsewhere).
 struct Checkpoint {
     RecurrentState trunk;
     std::vector<float> hidden;
+    std::vector<float> logits;
     uint32_t n_past() const { return trunk.n_past; }
-    size_t bytes() const { return trunk.bytes() + hidden.size() * sizeof(float); }
+    size_t bytes() const { return trunk.bytes() + (hidden.size() + logits.size()) * sizeof(float); }
 };
 
 // At most max_count checkpoints, in row order; adding one beyond drops the oldest (llama-server's policy).
@@ -31,6 +34,8 @@ public:
     void add(Checkpoint c);
     // The newest checkpoint at a row in [1, max_row], or nullptr.
     const Checkpoint * newest_at_or_before(int64_t max_row) const;
+    // The checkpoint at exactly `row` that holds its row's logits, or nullptr.
+    const Checkpoint * with_logits_at(int64_t row) const;
     // Forgets the checkpoints after `row` (the sequence was cut back to it).
     void drop_after(int64_t row);
     void clear() { list_.clear(); }

@@ -242,8 +242,9 @@ void Engine::load_state(const uint8_t * data, size_t size) {
     uint32_t previous = 0;
     for (const Checkpoint & c : s.checkpoints) {
         if (c.n_past() <= previous || c.n_past() > s.trunk.n_past) throw misfit("its checkpoints' rows");
-        if (c.trunk.bytes() != cache_.recurrent_bytes() || c.hidden.size() != n_embd) {
-            throw misfit("a checkpoint's recurrent state or hidden state has another size");
+        if (c.trunk.bytes() != cache_.recurrent_bytes() || c.hidden.size() != n_embd ||
+            (!c.logits.empty() && c.logits.size() != model_.hp.n_vocab)) {
+            throw misfit("a checkpoint's recurrent state, hidden state or logits have another size");
         }
         previous = c.n_past();
     }
@@ -256,25 +257,30 @@ void Engine::load_state(const uint8_t * data, size_t size) {
     for (Checkpoint & c : s.checkpoints) checkpoints_.add(std::move(c));
 }
 
-void Engine::checkpoint() {
+void Engine::checkpoint(std::vector<float> logits) {
     check_no_pending_verify();
     if (cache_.n_past() == 0) throw std::logic_error("a checkpoint of an empty sequence");
     if (checkpoints_.max_count() == 0) return;
-    checkpoints_.add(Checkpoint{cache_.save(), last_hidden_});
+    checkpoints_.add(Checkpoint{cache_.save(), last_hidden_, std::move(logits)});
 }
 
-int64_t Engine::resume(const std::vector<int32_t> & prompt, bool draft_rows, std::vector<float> & hidden) {
+int64_t Engine::resume(const std::vector<int32_t> & prompt, bool draft_rows, std::vector<float> & hidden,
+                       std::vector<float> & logits) {
     check_no_pending_verify();
+    logits.clear();
+    const int64_t n = (int64_t) prompt.size();
     const int64_t common = std::mismatch(tokens_.begin(), tokens_.end(), prompt.begin(), prompt.end()).first - tokens_.begin();
-    int64_t bound = std::min<int64_t>(common, (int64_t) prompt.size() - 1);
-    // the draft head's row c-1 is rewritten with prompt[c]; the rows before it must be the trunk's
-    if (draft_rows && draft_cache_) bound = std::min<int64_t>(bound, std::min<int64_t>(draft_from_trunk_, draft_cache_->n_past()) + 1);
+    // the draft head's row c-1 is rewritten with the token after it; the rows before it must be the trunk's
+    const int64_t draft_bound = draft_rows && draft_cache_
+        ? std::min<int64_t>(draft_from_trunk_, draft_cache_->n_past()) + 1 : INT64_MAX;
+    const Checkpoint * whole = common == n && n <= draft_bound ? checkpoints_.with_logits_at(n) : nullptr;
+    const int64_t bound = std::min<int64_t>({common, n - 1, draft_bound});
     const int64_t n_past = cache_.n_past();
-    if (n_past >= 1 && n_past <= bound) {  // the sequence as it is: nothing to restore
+    if (whole == nullptr && n_past >= 1 && n_past <= bound) {  // the sequence as it is: nothing to restore
         hidden = last_hidden_;
         return n_past;
     }
-    const Checkpoint * c = checkpoints_.newest_at_or_before(bound);
+    const Checkpoint * c = whole ? whole : checkpoints_.newest_at_or_before(bound);
     if (c == nullptr) {
         reset();
         hidden.clear();
@@ -283,6 +289,7 @@ int64_t Engine::resume(const std::vector<int32_t> & prompt, bool draft_rows, std
     cache_.restore(c->trunk);
     tokens_.resize(c->n_past());
     last_hidden_ = c->hidden;
+    if (whole) logits = c->logits;
     checkpoints_.drop_after(c->n_past());
     draft_from_trunk_ = std::min<int64_t>(draft_from_trunk_, c->n_past() - 1);
     hidden = last_hidden_;

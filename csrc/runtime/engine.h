@@ -80,18 +80,23 @@ public:
 
     // Keeps a checkpoint of the sequence as it is now (n_past >= 1; no verify pass pending): what a later request
     // sharing this prefix resumes from. Made at the end of every prompt, and by eval every checkpoint_every rows.
-    void checkpoint();
+    // `logits`: the last row's [n_vocab], kept with it (a prompt's end), or empty.
+    void checkpoint(std::vector<float> logits = {});
 
     // Prepares the sequence for `prompt`: keeps the longest prefix it can resume from and returns its length c
-    // (0: the sequence was reset), so that prompt[c:] is what is left to evaluate (c < prompt.size(): the last
-    // token is always evaluated, for its logits). The rows kept are those of prompt[:c] exactly: c is at most the
-    // common prefix of the sequence's tokens and the prompt, and it is the current length or a checkpoint's (the
-    // KDA states cannot drop rows). With `draft_rows`, the NextN layer's rows before c-1 must also have been
-    // written from the trunk (draft_rows from_trunk), so that drafting after a hit is drafting without one.
-    // `hidden` receives row c-1's post-norm hidden state [n_embd] (the draft head's row c-1 needs it).
-    int64_t resume(const std::vector<int32_t> & prompt, bool draft_rows, std::vector<float> & hidden);
+    // (0: the sequence was reset), so that prompt[c:] is what is left to evaluate. The rows kept are those of
+    // prompt[:c] exactly: c is at most the common prefix of the sequence's tokens and the prompt, and it is the
+    // current length or a checkpoint's (the KDA states cannot drop rows). c < prompt.size() (the last token is
+    // evaluated again, for its logits) unless a checkpoint at the prompt's end kept its logits: then c is the
+    // whole prompt and `logits` receives them [n_vocab] (else it is emptied). With `draft_rows`, the NextN
+    // layer's rows before c-1 must also have been written from the trunk (draft_rows from_trunk), so that
+    // drafting after a hit is drafting without one. `hidden` receives row c-1's post-norm hidden state [n_embd]
+    // (the draft head's row c-1 needs it).
+    int64_t resume(const std::vector<int32_t> & prompt, bool draft_rows, std::vector<float> & hidden,
+                   std::vector<float> & logits);
     const Checkpoints & checkpoints() const { return checkpoints_; }
     // Host memory one checkpoint takes: the trunk's KDA conv windows and states, and one hidden row.
+    // (A prompt's end also keeps its last row's logits, n_vocab floats.)
     size_t checkpoint_bytes() const { return cache_.recurrent_bytes() + model_.hp.n_embd * sizeof(float); }
 
     // Writes draft-head rows (hidden[i], next_tokens[i]) at positions pos0.. (hidden: [n, n_embd] row-major,

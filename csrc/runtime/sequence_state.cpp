@@ -9,7 +9,7 @@ namespace glm5next {
 namespace {
 
 constexpr char kMagic[8] = {'G', 'L', 'M', '5', 'N', 'S', 'E', 'Q'};
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;  // 2: a checkpoint's logits
 
 class Writer {
 public:
@@ -92,6 +92,7 @@ std::vector<uint8_t> serialize(const SequenceState & s) {
         w.put<uint32_t>(c.trunk.n_past);
         w.floats(c.trunk.kda);
         w.floats(c.hidden);
+        w.floats(c.logits);
     }
     return std::move(w.bytes);
 }
@@ -124,6 +125,7 @@ SequenceState deserialize(const uint8_t * data, size_t size) {
         c.trunk.n_past = r.get<uint32_t>("a checkpoint's row");
         c.trunk.kda = r.floats("a checkpoint's recurrent state");
         c.hidden = r.floats("a checkpoint's hidden state");
+        c.logits = r.floats("a checkpoint's logits");
         s.checkpoints.push_back(std::move(c));
     }
     if (!r.done()) r.fail("the end", std::to_string(size - r.at()) + " bytes follow the last checkpoint");

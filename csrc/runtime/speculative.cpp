@@ -57,22 +57,28 @@ int32_t Generator::start(const std::vector<int32_t> & prompt, bool cache_prompt,
     const auto t0 = std::chrono::steady_clock::now();
     std::vector<float> h_before;  // the post-norm hidden state of the row before the first one evaluated
     int64_t c = 0;
+    EvalOutput out;
     if (cache_prompt) {
-        c = engine_.resume(prompt, chain_ != nullptr, h_before);
+        c = engine_.resume(prompt, chain_ != nullptr, h_before, out.logits);
     } else {
         engine_.reset();
     }
     stats_.n_cached = c;
-    EvalOutput out = engine_.eval(std::vector<int32_t>(prompt.begin() + c, prompt.end()), false);
+    if (c < (int64_t) prompt.size()) {
+        out = engine_.eval(std::vector<int32_t>(prompt.begin() + c, prompt.end()), false);
+    } else {  // the whole prompt resumed, with its last row's logits: nothing to evaluate
+        out.hidden = h_before;
+    }
     stats_.prompt_ms = ms_since(t0);
-    engine_.checkpoint();  // where the next turn of a chat starts, whether or not this prompt resumed
+    // where the next turn of a chat starts (or the same prompt again), whether or not this prompt resumed
+    engine_.checkpoint(out.logits);
 
     // Draft rows (h_p, x_{p+1}) wait to be written with the next step 0: from the row before the first one
     // evaluated (the NextN layer's rows before it were kept), or from position 0.
     pending_pos_ = c > 0 ? c - 1 : 0;
     pending_h_.clear();
     pending_x_.clear();
-    if (chain_) {
+    if (chain_ && c < (int64_t) prompt.size()) {
         if (c > 0) pending_h_ = h_before;
         pending_h_.insert(pending_h_.end(), out.hidden.begin(), out.hidden.end() - n_embd);
         pending_x_.assign(prompt.begin() + pending_pos_ + 1, prompt.end());
