@@ -257,7 +257,7 @@ BAD = [
     ({"prompt": 5}, 400, "invalid_request_error"),
     ({"prompt": "Hello", "max_tokens": "5"}, 400, "invalid_request_error"),
     ({"prompt": "Hello", "temperature": "hot"}, 400, "invalid_request_error"),
-    ({"prompt": "Hello", "max_tokens": -1}, 400, "invalid_request_error"),
+    ({"prompt": "Hello", "max_tokens": -2}, 400, "invalid_request_error"),
     ({"prompt": "Hello", "top_p": 0}, 400, "invalid_request_error"),
     ({"prompt": "Hello", "stop": [""]}, 400, "invalid_request_error"),
     ({"prompt": "Hello", "n": 2}, 400, "invalid_request_error"),

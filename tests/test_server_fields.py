@@ -71,6 +71,7 @@ LIMITS = [  # fields -> the limit they set (None: none but the end of generation
     ({"n_predict": 3, "max_completion_tokens": 4, "max_tokens": 6}, 3),  # llama-server's order
     ({"max_completion_tokens": 4, "max_tokens": 6}, 4),
     ({"n_predict": -1, "max_tokens": 2}, None),  # -1: no limit, whatever the others say
+    ({"max_tokens": -1}, None),  # what llama.cpp's web UI sends (llama-server: max_tokens is n_predict's alias)
     ({"n_predict": 0}, 0),
 ]
 

@@ -122,7 +122,8 @@ class GenerationRequest(BaseModel):
 
     model: str | None = Field(None, description="any name: echoed in the response (llama-server with one model)")
     # the token limit under its three names: see token_limit
-    max_tokens: int | None = Field(None, ge=0, description="None: until the end of generation or the context")
+    max_tokens: int | None = Field(None, ge=-1, description="None or -1 (what llama.cpp's web UI sends): until the "
+                                   "end of generation or the context")
     max_completion_tokens: int | None = Field(None, ge=0, description="OpenAI's newer name for max_tokens")
     n_predict: int | None = Field(None, ge=-1, description="llama-server's name; -1: no limit")
     temperature: float = Field(0.8, description="<= 0: greedy")
@@ -210,7 +211,8 @@ class GenerationRequest(BaseModel):
     def token_limit(self) -> int | None:
         """Most tokens to generate; None: no limit but the context. Of the limit's three names the first present
         wins, as in llama-server (server-task.cpp, params_from_json_cmpl): n_predict, then max_completion_tokens,
-        then max_tokens; n_predict -1 (llama-server's default) is no limit, whatever the other two say."""
+        then max_tokens; -1 (llama-server's n_predict default; max_tokens from llama.cpp's web UI) is no limit,
+        whatever the others say."""
         for limit in (self.n_predict, self.max_completion_tokens, self.max_tokens):
             if limit is not None:
                 return None if limit == -1 else limit
