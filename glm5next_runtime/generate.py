@@ -153,8 +153,7 @@ def decode(generator: _core.Generator, tokenizer: Tokenizer, n_ctx: int, prompt:
     each one's TokenLogprob to it, before the text its token completes is yielded. With a `constraint` (a
     grammar's matcher, grammar.py) every token is one the grammar allows: the rounds run through it (drafts and
     verify rows under its masks). Yields text pieces (see TextStream); returns the GenerationResult."""
-    named = tokenizer.special_ids
-    end_ids = {named[name] for name in END_OF_GENERATION if name in named}
+    end_ids = set(end_of_generation_ids(tokenizer))
     text = TextStream(stop)
     pieces: list[str] = []
     tokens = [] if tokens is None else tokens

@@ -207,10 +207,6 @@ class Constraint:
             if token in self._grammar.end_ids:
                 return
 
-    def is_complete(self) -> bool:
-        """Whether the text so far is a complete sentence of the grammar."""
-        return self._matcher.is_accepting()
-
     def _check(self) -> None:
         if self._matcher.is_error():
             raise RuntimeError(f"grammar matcher: {self._matcher.get_error()}")

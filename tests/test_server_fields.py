@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from glm5next_runtime import Model
-from glm5next_runtime.generate import END_OF_GENERATION
+from glm5next_runtime.generate import end_of_generation_ids
 from glm5next_runtime.server.schemas import ChatRequest, CompletionRequest
 from glm5next_runtime.tokenizer import CONTROL
 from live_server import N_CTX, Server, post_json
@@ -144,7 +144,7 @@ def test_reasoning_effort_none_turns_thinking_off(server, model):
 def shown_controls(model: Model, ids: list[int]) -> list[str]:
     """The texts of the control tokens among `ids` that do not end a generation."""
     tok = model.tokenizer
-    ends = {tok.special_ids[name] for name in END_OF_GENERATION if name in tok.special_ids}
+    ends = set(end_of_generation_ids(tok))
     return [tok.tokens[i] for i in ids if tok.token_types[i] == CONTROL and i not in ends]
 
 

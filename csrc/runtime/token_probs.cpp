@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 #include <stdexcept>
 #include <string>
 
@@ -22,13 +21,23 @@ TokenProbs token_probs(const float * logits, int64_t n_vocab, int32_t token, int
     out.logprob = float(double(logits[token]) - log_z);
     const int64_t k = std::min<int64_t>(n_top, n_vocab);
     if (k == 0) return out;
-    std::vector<int32_t> ids(n_vocab);
-    std::iota(ids.begin(), ids.end(), 0);
-    std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), [&](int32_t a, int32_t b) {
-        return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-    });
-    out.top_ids.assign(ids.begin(), ids.begin() + k);
-    for (int32_t id : out.top_ids) out.top_logprobs.push_back(float(double(logits[id]) - log_z));
+    // the k best in one pass through a heap of k (no [n_vocab] scratch per token); the heap's front is the worst
+    // kept, and sort_heap leaves the best first
+    const auto better = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
+    std::vector<int32_t> & top = out.top_ids;
+    top.reserve(k);
+    for (int32_t id = 0; id < n_vocab; ++id) {
+        if ((int64_t) top.size() < k) {
+            top.push_back(id);
+            std::push_heap(top.begin(), top.end(), better);
+        } else if (better(id, top.front())) {
+            std::pop_heap(top.begin(), top.end(), better);
+            top.back() = id;
+            std::push_heap(top.begin(), top.end(), better);
+        }
+    }
+    std::sort_heap(top.begin(), top.end(), better);
+    for (int32_t id : top) out.top_logprobs.push_back(float(double(logits[id]) - log_z));
     return out;
 }
 

@@ -23,10 +23,10 @@ from ..chat import opens_think_block
 from ..tokenizer import Tokenizer
 from .anthropic_replies import AnthropicReply, anthropic_error
 from .anthropic_schemas import CountTokensRequest, MessagesRequest
-from .chat_bridge import as_chat, reply_tools
+from .chat_bridge import reply_tools
 from .config import ServerConfig
 from .errors import INTERNAL, APIError
-from .native import RequestPath, in_thread, token_text
+from .native import RequestPath, token_text
 
 log = logging.getLogger("glm5next.server")
 
@@ -57,18 +57,14 @@ def create_anthropic_router(config: ServerConfig, path: RequestPath, tokenizer: 
 
     @router.post("/v1/messages")
     async def messages(request: Request) -> Response:
-        body: MessagesRequest = await path.read_body(request, MessagesRequest)
-        chat = await in_thread(lambda: as_chat(body.chat_fields(), config.sampling))
-        prompt, ids = await in_thread(path.render_chat, chat)
+        body, chat, prompt, ids = await path.bridged_chat(request, MessagesRequest, config.sampling)
         reply = AnthropicReply(body.model or config.model_name, opens_think_block(prompt),
                                body.stop_sequences or [], render, reply_tools(chat))
         return await path.generate(request, chat, ids, reply, "messages")
 
     @router.post("/v1/messages/count_tokens")
     async def count_tokens(request: Request) -> dict[str, int]:
-        body: CountTokensRequest = await path.read_body(request, CountTokensRequest)
-        chat = await in_thread(lambda: as_chat(body.chat_fields(), config.sampling))
-        _prompt, ids = await in_thread(path.render_chat, chat)
+        *_, ids = await path.bridged_chat(request, CountTokensRequest, config.sampling)
         return {"input_tokens": len(ids)}
 
     def render(ids: list[int]) -> str:

@@ -24,11 +24,13 @@ from pydantic import BaseModel
 from ..tokenizer import Tokenizer
 from ..user_text import MARK
 from .build_info import BUILD_INFO
+from .chat_bridge import as_chat
 from .config import ServerConfig
 from .errors import APIError
 from .logprobs import TokenPieces
 from .native_replies import NativeCompletionReply
 from .native_schemas import DetokenizeRequest, MixedPrompt, NativeCompletionRequest, TokenizeRequest
+from .request_defaults import RequestDefaults
 from .responses import Reply
 from .schemas import ChatRequest, GenerationRequest
 from .slot_tasks import SlotTasks, task_params
@@ -44,6 +46,15 @@ class RequestPath(NamedTuple):
     chat_prompt: Callable[[ChatRequest], str]  # the chat template's prompt (raises APIError)
     generate: Callable[[Request, GenerationRequest, list[int], Reply, str], Awaitable[Response]]
     render_chat: Callable[[ChatRequest], tuple[str, list[int]]]  # the chat prompt and its ids, size-checked
+
+    async def bridged_chat(self, request: Request, cls: type[BaseModel],
+                           sampling: RequestDefaults) -> tuple[Any, ChatRequest, str, list[int]]:
+        """A body of another API (`cls`, which has chat_fields()) read, the chat request it is (chat_bridge.as_chat)
+        and that chat's prompt and ids: (body, chat, prompt, ids). Raises APIError (400) as those do."""
+        body = await self.read_body(request, cls)
+        chat = await in_thread(lambda: as_chat(body.chat_fields(), sampling))
+        prompt, ids = await in_thread(self.render_chat, chat)
+        return body, chat, prompt, ids
 
 
 def token_text(tokenizer: Tokenizer, ids: Sequence[int], special: bool = True) -> str:

@@ -13,9 +13,9 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from ..chat import opens_think_block
-from .chat_bridge import as_chat, reply_tools
+from .chat_bridge import reply_tools
 from .config import ServerConfig
-from .native import RequestPath, in_thread
+from .native import RequestPath
 from .openai_responses_replies import ResponsesReply
 from .openai_responses_schemas import ResponsesRequest
 
@@ -27,9 +27,7 @@ def create_responses_router(config: ServerConfig, path: RequestPath) -> APIRoute
     @router.post("/v1/responses")
     @router.post("/responses")
     async def responses(request: Request) -> Response:
-        body: ResponsesRequest = await path.read_body(request, ResponsesRequest)
-        chat = await in_thread(lambda: as_chat(body.chat_fields(), config.sampling))
-        prompt, ids = await in_thread(path.render_chat, chat)
+        body, chat, prompt, ids = await path.bridged_chat(request, ResponsesRequest, config.sampling)
         echo = {"instructions": body.instructions, "max_output_tokens": body.max_output_tokens,
                 "temperature": chat.temperature, "top_p": chat.top_p,
                 "reasoning": {"effort": chat.reasoning_effort, "summary": None},
@@ -43,9 +41,7 @@ def create_responses_router(config: ServerConfig, path: RequestPath) -> APIRoute
     @router.post("/v1/responses/input_tokens")
     @router.post("/responses/input_tokens")
     async def input_tokens(request: Request) -> dict[str, int]:
-        body: ResponsesRequest = await path.read_body(request, ResponsesRequest)
-        chat = await in_thread(lambda: as_chat(body.chat_fields(), config.sampling))
-        _prompt, ids = await in_thread(path.render_chat, chat)
+        *_, ids = await path.bridged_chat(request, ResponsesRequest, config.sampling)
         return {"input_tokens": len(ids)}
 
     return router

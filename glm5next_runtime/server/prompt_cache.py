@@ -34,16 +34,6 @@ class PromptCache:
         self.limit_bytes = limit_bytes
         self._entries: OrderedDict[tuple[int, ...], CacheEntry] = OrderedDict()  # least recently used first
         self._lock = threading.Lock()
-        self.hits = 0  # requests that loaded a cached sequence
-
-    @property
-    def n_entries(self) -> int:
-        return len(self._entries)
-
-    @property
-    def n_bytes(self) -> int:
-        with self._lock:
-            return sum(len(e.state) for e in self._entries.values())
 
     def prepare(self, model: Model, prompt: Sequence[int], resume: bool = True) -> None:
         """Before `model` (a slot, owned by the caller's thread) runs `prompt` (ids): save its sequence when the
@@ -67,7 +57,6 @@ class PromptCache:
                     best, best_n = entry, n
             if best is not None:
                 del self._entries[best.tokens]
-                self.hits += 1
             return best
 
     def _put(self, entry: CacheEntry) -> None:
