@@ -6,7 +6,7 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['DraftChain', 'Engine', 'Generator', 'Model', 'ModelError', 'Sampler', 'add_rpc_servers', 'ggml_commit', 'ggml_version', 'list_devices', 'read_hparams', 'selected_rows', 'serve_rpc', 'system_info']
+__all__: list[str] = ['DraftChain', 'DraftLengthPolicy', 'Engine', 'Generator', 'Model', 'ModelError', 'Sampler', 'add_rpc_servers', 'ggml_commit', 'ggml_version', 'list_devices', 'read_hparams', 'selected_rows', 'serve_rpc', 'system_info']
 class ModelError(ValueError):
     pass
 class Model:
@@ -113,9 +113,9 @@ class Engine:
     """
     The trunk of one sequence: caches sized for n_ctx rows, evaluated in ubatches.
     """
-    def __init__(self, model: Model, n_ctx: typing.SupportsInt | typing.SupportsIndex = 4096, n_batch: typing.SupportsInt | typing.SupportsIndex = 512, n_threads: typing.SupportsInt | typing.SupportsIndex = 0, draft_type: str = 'auto', draft_model: Model = None, n_checkpoints: typing.SupportsInt | typing.SupportsIndex = 32, checkpoint_every: typing.SupportsInt | typing.SupportsIndex = 8192, batch_invariant: bool = False) -> None:
+    def __init__(self, model: Model, n_ctx: typing.SupportsInt | typing.SupportsIndex = 4096, n_batch: typing.SupportsInt | typing.SupportsIndex = 512, n_threads: typing.SupportsInt | typing.SupportsIndex = 0, draft_type: str = 'auto', draft_model: Model = None, n_checkpoints: typing.SupportsInt | typing.SupportsIndex = 32, checkpoint_every: typing.SupportsInt | typing.SupportsIndex = 8192) -> None:
         """
-        Engine(model: _core.Model, n_ctx: int, n_batch: int, n_threads: int = 0 (all cores), draft_type: str = 'auto' (the draft layer as stored) | 'q8_0' | 'q4_0' (requantized at load), draft_model: _core.Model | None (a separate --mtp-only file with the NextN layer), n_checkpoints: context checkpoints kept (llama-server's --ctx-checkpoints; 0 = none), checkpoint_every: while prefilling, a checkpoint each time n_past crosses a multiple of it (tokens)), batch_invariant: a row's logits do not depend on how many rows share its ubatch (decode = verify bit for bit on quantized files; costs decode speed).
+        Engine(model: _core.Model, n_ctx: int, n_batch: int, n_threads: int = 0 (all cores), draft_type: str = 'auto' (the draft layer as stored) | 'q8_0' | 'q4_0' (requantized at load), draft_model: _core.Model | None (a separate --mtp-only file with the NextN layer), n_checkpoints: context checkpoints kept (llama-server's --ctx-checkpoints; 0 = none), checkpoint_every: while prefilling, a checkpoint each time n_past crosses a multiple of it (tokens)).
         Raises ValueError for a draft-only file as model, n_ctx / n_batch / checkpoint_every of 0, a bad draft_type, or a draft file that does not fit the model.
         """
     def checkpoint_stats(self) -> dict:
@@ -297,9 +297,9 @@ class Generator:
     speculation (runtime.md, draft-MTP round). Greedy output is the same with and without speculation; sampled
     output keeps the target distribution (speculative sampling).
     """
-    def __init__(self, engine: Engine, n_max: typing.SupportsInt | typing.SupportsIndex = 3, n_min: typing.SupportsInt | typing.SupportsIndex = 0, p_min: typing.SupportsFloat | typing.SupportsIndex = 0.0, index_share: typing.SupportsInt | typing.SupportsIndex = -1, synthetic_accepted: typing.SupportsFloat | typing.SupportsIndex = -1.0, temperature: typing.SupportsFloat | typing.SupportsIndex = 0.800000011920929, top_k: typing.SupportsInt | typing.SupportsIndex = 40, top_p: typing.SupportsFloat | typing.SupportsIndex = 0.949999988079071, min_p: typing.SupportsFloat | typing.SupportsIndex = 0.05000000074505806, seed: typing.SupportsInt | typing.SupportsIndex = 0, n_probs: typing.SupportsInt | typing.SupportsIndex = -1, logit_bias: collections.abc.Sequence[tuple[typing.SupportsInt | typing.SupportsIndex, typing.SupportsFloat | typing.SupportsIndex]] = []) -> None:
+    def __init__(self, engine: Engine, n_max: typing.SupportsInt | typing.SupportsIndex = 3, n_min: typing.SupportsInt | typing.SupportsIndex = 0, p_min: typing.SupportsFloat | typing.SupportsIndex = 0.0, index_share: typing.SupportsInt | typing.SupportsIndex = -1, synthetic_accepted: typing.SupportsFloat | typing.SupportsIndex = -1.0, adaptive: bool = True, temperature: typing.SupportsFloat | typing.SupportsIndex = 0.800000011920929, top_k: typing.SupportsInt | typing.SupportsIndex = 40, top_p: typing.SupportsFloat | typing.SupportsIndex = 0.949999988079071, min_p: typing.SupportsFloat | typing.SupportsIndex = 0.05000000074505806, seed: typing.SupportsInt | typing.SupportsIndex = 0, n_probs: typing.SupportsInt | typing.SupportsIndex = -1, logit_bias: collections.abc.Sequence[tuple[typing.SupportsInt | typing.SupportsIndex, typing.SupportsFloat | typing.SupportsIndex]] = []) -> None:
         """
-        n_max: drafts per round (0 = no speculation); n_min: shorter drafts are not verified; p_min: drafting stops below this top probability; index_share: -1 file, 0 off, 1 on; synthetic_accepted: benchmarks only, a fixed mean number of accepted drafts per round (< 0 = off). Raises ValueError for speculation without a NextN layer, n_max >= n_batch, or bad sampler settings. n_probs >= 0: report log-probabilities (probs), with the n_probs most probable tokens'; < 0: none. logit_bias: [(token id, bias)] added to the logits of every row (a token listed twice gets both; -inf bans it); ValueError for an id outside the vocabulary, a NaN or +inf bias.
+        n_max: drafts per round (the most, when adaptive; 0 = no speculation); n_min: shorter drafts are not verified; p_min: drafting stops below this top probability; index_share: -1 file, 0 off, 1 on; synthetic_accepted: benchmarks only, a fixed mean number of accepted drafts per round (< 0 = off); adaptive: each round drafts what DraftLengthPolicy chooses from measured acceptance and timings (0 when drafting does not pay; greedy output is the same, sampled output with a fixed seed then depends on timing), False: n_max every round. Raises ValueError for speculation without a NextN layer, n_max >= n_batch, or bad sampler settings. n_probs >= 0: report log-probabilities (probs), with the n_probs most probable tokens'; < 0: none. logit_bias: [(token id, bias)] added to the logits of every row (a token listed twice gets both; -inf bans it); ValueError for an id outside the vocabulary, a NaN or +inf bias.
         """
     def begin_draft(self, max_tokens: typing.SupportsInt | typing.SupportsIndex = 9223372036854775807) -> int:
         """
@@ -342,7 +342,46 @@ class Generator:
     @property
     def stats(self) -> dict:
         """
-        Counters since start(): prompt tokens (and of those resumed from the cache), timings (ms), speculation (n_drafts = rounds that carried drafts, n_drafted, n_accepted, acceptance_per_position, drafted_at, accepted_at, mean_accepted_length = accepted drafts + 1 per round).
+        Counters since start(): prompt tokens (and of those resumed from the cache), timings (ms), speculation (n_drafts = rounds that carried drafts, n_drafted, n_accepted, acceptance_per_position, drafted_at, accepted_at, mean_accepted_length = accepted drafts + 1 per round, rounds_at_length = rounds allowed k drafts for k = 0..n_max).
+        """
+class DraftLengthPolicy:
+    """
+    The number of drafts a draft-MTP round should carry:
+    the k that maximizes expected emitted tokens per ms from the round outcomes and timings it is told
+    (csrc/runtime/draft_length.h). A Generator with adaptive=True keeps one; this class is its logic alone.
+    """
+    def __init__(self, n_max: typing.SupportsInt | typing.SupportsIndex, n_min: typing.SupportsInt | typing.SupportsIndex = 0) -> None:
+        """
+        n_max: the most drafts (ValueError when < 0); n_min: a positive choice is at least this.
+        """
+    def acceptance(self, j: typing.SupportsInt | typing.SupportsIndex) -> float:
+        """
+        Estimated acceptance of draft j (1-based) given drafts 1..j-1 were accepted.
+        """
+    def choose(self, limit: typing.SupportsInt | typing.SupportsIndex) -> int:
+        """
+        The next round's drafts in {0} + [max(1, n_min), min(limit, n_max)]; a one-draft probe every probe_interval rounds while the best is 0.
+        """
+    def expected_cost(self, k: typing.SupportsInt | typing.SupportsIndex) -> float:
+        """
+        Expected ms of a round with k drafts (in one-row verifies before any timing was told).
+        """
+    def expected_tokens(self, k: typing.SupportsInt | typing.SupportsIndex) -> float:
+        """
+        Expected tokens a round with k drafts emits.
+        """
+    def observe(self, n_drafted: typing.SupportsInt | typing.SupportsIndex, n_accepted: typing.SupportsInt | typing.SupportsIndex, verify_rows: typing.SupportsInt | typing.SupportsIndex, pending_rows: typing.SupportsInt | typing.SupportsIndex, first_ms: typing.SupportsFloat | typing.SupportsIndex, next_ms: typing.SupportsFloat | typing.SupportsIndex, verify_ms: typing.SupportsFloat | typing.SupportsIndex, between_ms: typing.SupportsFloat | typing.SupportsIndex = -1.0) -> None:
+        """
+        A round's outcome: drafts, accepted drafts (a prefix), rows verified, draft-head rows step 0 wrote, step 0 ms, later steps' ms, verify ms, the caller's ms since the last round (< 0: unknown).
+        """
+    def observe_rows(self, n_rows: typing.SupportsInt | typing.SupportsIndex, ms: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        """
+        Deferred draft-head rows written without drafting: n_rows of them in ms.
+        """
+    @property
+    def probe_interval(self) -> int:
+        """
+        Rounds without drafts between probes (doubles while drafting does not pay).
         """
 def add_rpc_servers(endpoints: collections.abc.Sequence[str], timeout_ms: typing.SupportsInt | typing.SupportsIndex = 5000) -> None:
     """

@@ -19,7 +19,9 @@ Rows are a list of Row(name, run, params): `run(runner)` performs one timed repe
 (tokens, seconds).
 
 Speculative rows (--spec-n-max, ours only: upstream has no draft-MTP for this model) time tg N through the
-draft-MTP rounds, next to the same rounds without drafts, for each n_max, index-sharing setting and draft type;
+draft-MTP rounds, next to the same rounds without drafts, for each n_max, index-sharing setting and draft type
+(an n_max drafts that many every round; `auto` or `autoN` drafts what the draft length policy chooses each round,
+at most 3 or N: the default, --spec-draft-adaptive on; "rounds by length" counts its choices);
 --spec-accept L fixes the mean accepted length per round (synthetic acceptance, runtime.md) so that speed can be
 compared at a given acceptance whatever the weights. --spec-prompts FILE... runs them on real text instead: each
 file's first D tokens (D from -d) are a prompt, the rounds generate N tokens greedily after each, and a row sums
@@ -98,13 +100,14 @@ class OursRunner:
         return int(np.argmax(self._logits))
 
     def spec_decode(self, prompt: Sequence[int], n_gen: int, n_max: int, accept: float | None, share: str,
-                    draft_type: str) -> tuple[int, float, dict]:
-        """Greedy generation of n_gen tokens after `prompt` (untimed) in draft-MTP rounds (n_max 0: no drafts).
-        Returns (tokens, seconds in the rounds, the generator's counters)."""
+                    draft_type: str, adaptive: bool = False) -> tuple[int, float, dict]:
+        """Greedy generation of n_gen tokens after `prompt` (untimed) in draft-MTP rounds (n_max 0: no drafts;
+        adaptive: at most n_max, as the draft length policy chooses). Returns (tokens, seconds in the rounds, the
+        generator's counters)."""
         if draft_type not in self._by_draft_type:
             self._by_draft_type[draft_type] = self._load(spec_draft_type=draft_type)
         g = self._by_draft_type[draft_type].generator(
-            n_max=n_max, temperature=0.0, seed=0, index_share=share,
+            n_max=n_max, adaptive=adaptive, temperature=0.0, seed=0, index_share=share,
             synthetic_accepted=-1.0 if accept is None else accept - 1.0)
         out = [g.start(list(prompt))]
         t0 = time.perf_counter()
@@ -272,6 +275,33 @@ def _int_list(what: str, minimum: int) -> Callable[[str], list[int]]:
     return parse
 
 
+class SpecLength(NamedTuple):
+    """A --spec-n-max entry: n_max drafts every round, or adaptive lengths up to n_max (`auto`, `autoN`)."""
+    n_max: int
+    adaptive: bool
+
+    def __str__(self) -> str:  # in a row's name
+        return f"mtp auto{self.n_max}" if self.adaptive else f"mtp{self.n_max}"
+
+
+AUTO_N_MAX = 3  # `auto`: the default upper bound, as --spec-draft-n-max
+
+
+def _spec_n_max_list(text: str) -> list[SpecLength]:
+    """--spec-n-max "1,2,3,auto" -> SpecLength entries (repeats dropped). ArgumentTypeError for anything else."""
+    out = []
+    for item in (s.strip() for s in text.split(",")):
+        auto = item.startswith("auto")
+        digits = item[4:] if auto else item
+        if auto and not digits:
+            digits = str(AUTO_N_MAX)
+        if not digits.isdigit() or int(digits) < 1:
+            raise argparse.ArgumentTypeError(f"--spec-n-max takes a comma-separated list of integers >= 1, auto or "
+                                             f"autoN, got {text!r}")
+        out.append(SpecLength(int(digits), auto))
+    return list(dict.fromkeys(out))
+
+
 def _positive(what: str) -> Callable[[str], int]:
     def parse(text: str) -> int:
         try:
@@ -309,8 +339,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--no-warmup", action="store_true", help="skip the untimed run of each row before its repetitions")
     p.add_argument("--seed", type=int, default=0, help="seed of the token ids fed (default 0)")
     p.add_argument("-o", "--output", choices=["md", "csv", "json"], default="md", help="output format (default md)")
-    p.add_argument("--spec-n-max", type=_int_list("--spec-n-max", 1), default=[],
-                   help="draft-MTP rows: drafts per round, comma-separated (default: no speculative rows)")
+    p.add_argument("--spec-n-max", type=_spec_n_max_list, default=[],
+                   help="draft-MTP rows: drafts per round, comma-separated; auto or autoN: adaptive draft lengths, "
+                        "at most 3 or N (default: no speculative rows)")
     p.add_argument("--spec-accept", type=float, default=None, metavar="L",
                    help="synthetic acceptance: mean accepted length per round (accepted drafts + 1), e.g. 3.61")
     p.add_argument("--spec-index-share", type=_choice_list("--spec-index-share", ("auto", "on", "off")),
@@ -523,7 +554,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if not prompts and not gens:
         raise BenchError("nothing to run: -p and -n are both 0")
     max_depth, max_prompt, max_gen = max(args.n_depth), max(prompts, default=0), max(gens, default=0)
-    n_ctx = max_depth + max(max_prompt, max_gen + 1 + max(args.spec_n_max, default=0), 1)
+    n_ctx = max_depth + max(max_prompt, max_gen + 1 + max((s.n_max for s in args.spec_n_max), default=0), 1)
     warm_n = min(args.batch_size, n_ctx)  # one full ubatch
 
     memory: list[dict[str, Any]] = []
@@ -608,6 +639,8 @@ def _summed_stats(stats: list[dict[str, Any]]) -> dict[str, Any]:
             "drafted_at": drafted, "accepted_at": accepted,
             "acceptance_per_position": [a / d if d else 0.0 for a, d in zip(accepted, drafted)],
             "mean_accepted_length": (n_accepted + rounds) / rounds if rounds else 0.0,
+            "rounds_at_length": [sum(s["rounds_at_length"][k] for s in stats if k < len(s["rounds_at_length"]))
+                                 for k in range(max(len(s["rounds_at_length"]) for s in stats))],
             "draft_ms": sum(s["draft_ms"] for s in stats), "verify_ms": sum(s["verify_ms"] for s in stats)}
 
 
@@ -622,9 +655,9 @@ def run_spec_rows(ours: OursRunner, args: argparse.Namespace, prompts: dict[int,
               for dt in args.spec_draft_type]
     for depth in args.n_depth:
         for n_gen in gens:
-            if depth + 1 + n_gen + max(args.spec_n_max) > n_ctx:
+            if depth + 1 + n_gen + max(s.n_max for s in args.spec_n_max) > n_ctx:
                 continue
-            for n_max, share, dt in combos:
+            for length, share, dt in combos:
                 on, off = Stats(), Stats()
                 for rep in range(args.repetitions + (0 if args.no_warmup else 1)):
                     n, s_off, s_on = 0, 0.0, 0.0
@@ -632,34 +665,37 @@ def run_spec_rows(ours: OursRunner, args: argparse.Namespace, prompts: dict[int,
                     for prompt in prompts[depth]:
                         n_p, s, _ = ours.spec_decode(prompt, n_gen, 0, None, share, dt)
                         n, s_off = n + n_p, s_off + s
-                        _, s, st = ours.spec_decode(prompt, n_gen, n_max, args.spec_accept, share, dt)
+                        _, s, st = ours.spec_decode(prompt, n_gen, length.n_max, args.spec_accept, share, dt,
+                                                    length.adaptive)
                         s_on += s
                         stats.append(st)
                     if rep or args.no_warmup:
                         off.tokens.append(n), off.seconds.append(s_off)
                         on.tokens.append(n), on.seconds.append(s_on)
                 total = _summed_stats(stats)
-                name = _test_name("tg", n_gen, depth) + f" mtp{n_max}" + (f" share {share}" if share != "auto" else "") \
+                name = _test_name("tg", n_gen, depth) + f" {length}" + (f" share {share}" if share != "auto" else "") \
                     + (f" draft {dt}" if dt != "auto" else "") \
                     + (f" x {len(prompts[depth])} prompts" if args.spec_prompts else "")
-                rows.append({"test": name, "n_gen": n_gen, "n_depth": depth, "n_max": n_max, "index_share": share,
+                rows.append({"test": name, "n_gen": n_gen, "n_depth": depth, "n_max": length.n_max,
+                             "adaptive": length.adaptive, "index_share": share,
                              "draft_type": dt, "n_prompts": len(prompts[depth]), "spec": on.summary(),
                              "no_spec": off.summary(),
                              "speedup": statistics.median(on.tps) / statistics.median(off.tps),
                              **{k: total[k] for k in ("mean_accepted_length", "acceptance_per_position",
-                                                      "draft_ms", "verify_ms")}})
+                                                      "rounds_at_length", "draft_ms", "verify_ms")}})
     return rows
 
 
 def render_spec_md(rows: list[dict[str, Any]], accept: float | None) -> str:
     lines = [[r["test"], _tps_cell(r["spec"]), _tps_cell(r["no_spec"]), f"{r['speedup']:.3f}",
               f"{r['mean_accepted_length']:.2f}", " ".join(f"{a:.2f}" for a in r["acceptance_per_position"]),
-              f"{r['draft_ms']:.1f} / {r['verify_ms']:.1f}"] for r in rows]
-    table = _table(["test", "t/s", "t/s no drafts", "speedup", "accepted len", "accept per pos", "draft / verify ms"],
-                   ["l", "r", "r", "r", "r", "l", "r"], lines)
+              " ".join(str(n) for n in r["rounds_at_length"]), f"{r['draft_ms']:.1f} / {r['verify_ms']:.1f}"]
+             for r in rows]
+    table = _table(["test", "t/s", "t/s no drafts", "speedup", "accepted len", "accept per pos", "rounds by length",
+                    "draft / verify ms"], ["l", "r", "r", "r", "r", "l", "l", "r"], lines)
     how = "synthetic acceptance" if accept is not None else "real acceptance (greedy)"
-    return (f"draft-MTP ({how}; speedup = t/s / t/s of the same rounds without drafts, medians; draft / verify ms: "
-            f"the last repetition, all prompts):\n{table}")
+    return (f"draft-MTP ({how}; speedup = t/s / t/s of the same rounds without drafts, medians; rounds by length: "
+            f"rounds that drafted 0, 1, ... tokens; draft / verify ms: the last repetition, all prompts):\n{table}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

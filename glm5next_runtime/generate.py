@@ -49,6 +49,7 @@ class GenerationResult:
         rounds: drafting, verifying, sampling), prompt_tokens_per_s, decode_tokens_per_s (0.0 when nothing was
         generated), and the draft-MTP counters n_drafts (rounds that carried drafts), n_drafted, n_accepted,
         acceptance_per_position, drafted_at / accepted_at (rounds that drafted / accepted draft position i),
+        rounds_at_length (rounds allowed k drafts, k = 0..n_max: the adaptive draft lengths' choices),
         mean_accepted_length (accepted drafts + 1 per round), draft_ms, verify_ms.
     logprobs: when asked for (Model.generate's logprobs), one TokenLogprob per token of `tokens`, in order; None
         otherwise.
@@ -218,6 +219,6 @@ def _metrics(stats: dict, n_generated: int, decode_s: float) -> dict:
         "decode_tokens_per_s": n_generated / decode_s if n_generated and decode_s > 0 else 0.0,
     }
     for key in ("n_drafts", "n_drafted", "n_accepted", "acceptance_per_position", "drafted_at", "accepted_at",
-                "mean_accepted_length", "draft_ms", "verify_ms"):
+                "rounds_at_length", "mean_accepted_length", "draft_ms", "verify_ms"):
         out[key] = stats[key]
     return out

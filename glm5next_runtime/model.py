@@ -86,6 +86,11 @@ class Model:
             has a NextN layer, else none.
         draft_n_max, draft_n_min, draft_p_min: drafts per round, the shortest draft worth verifying, and the draft
             probability below which drafting stops (runtime.md, draft-MTP round).
+        draft_adaptive: each round drafts as many as pay on this machine and file, at most draft_n_max, from the
+            acceptance and timings the generation measures (none when drafting does not pay; _core.DraftLengthPolicy).
+            Greedy output is the same either way. Sampled output depends on the draft lengths, so a generation that
+            samples with a fixed seed drafts draft_n_max every round (its output reproducible, not timing-dependent)
+            unless generator(adaptive=True) asks otherwise; False: draft_n_max every round always.
         spec_index_share: "auto" (the file's index_share_for_mtp_iteration), "on" or "off".
         spec_draft_type: "auto" (the draft layer's weights as stored), "q8_0" or "q4_0" (requantized at load).
         draft_model: a separate draft file (converted with --mtp-only) whose NextN layer drafts for this trunk.
@@ -93,9 +98,6 @@ class Model:
             states a later prompt sharing a prefix resumes from (see generate's cache_prompt).
         checkpoint_every: while prefilling, a checkpoint at every multiple of this many tokens (a ubatch ends
             there), besides the one at the end of every prompt.
-        batch_invariant: a row's logits do not depend on how many rows share its ubatch, so that greedy draft-MTP
-            equals plain decoding on quantized files too (ggml's CPU kernels for one row and for several round
-            differently); costs decode speed (~20% on the bench preset, q8_0).
         rpc: "HOST:PORT" endpoints (a list, or one str) of ggml RPC servers (glm5next-rpc-server, llama.cpp's
             --rpc) whose devices become placement targets. ggml's registry keeps them for the life of the process:
             a later Model in the same process sees them too (devices=[...] chooses).
@@ -109,22 +111,24 @@ class Model:
     def __init__(self, path: str | os.PathLike, n_ctx: int = 4096, n_threads: int | None = None, n_batch: int = 512,
                  override_kv: Sequence[str] = (), n_gpu_layers: int = 0, cpu_moe: bool = False, n_cpu_moe: int = 0,
                  override_tensor: Sequence[str] = (), spec_type: str | None = None, draft_n_max: int = 3,
-                 draft_n_min: int = 0, draft_p_min: float = 0.0, spec_index_share: str = "auto",
+                 draft_n_min: int = 0, draft_p_min: float = 0.0, draft_adaptive: bool = True,
+                 spec_index_share: str = "auto",
                  spec_draft_type: str = "auto", draft_model: str | os.PathLike | None = None,
                  rpc: Sequence[str] = (), devices: Sequence[str] | None = None, split_mode: str = "layer",
                  tensor_split: Sequence[float] | None = None, main_gpu: int = 0, draft_device: str | None = None,
-                 ctx_checkpoints: int = 32, checkpoint_every: int = 8192, batch_invariant: bool = False):
+                 ctx_checkpoints: int = 32, checkpoint_every: int = 8192):
         for name, value in (("n_ctx", n_ctx), ("n_batch", n_batch), ("n_threads", n_threads),
                             ("checkpoint_every", checkpoint_every)):
             if value is not None and value < 1:
                 raise ValueError(f"{name} = {value}: must be >= 1")
         if ctx_checkpoints < 0:
             raise ValueError(f"ctx_checkpoints = {ctx_checkpoints}: must be >= 0")
-        self._engine_args = dict(n_checkpoints=ctx_checkpoints, checkpoint_every=checkpoint_every,
-                                 batch_invariant=batch_invariant)
+        self._engine_args = dict(n_checkpoints=ctx_checkpoints, checkpoint_every=checkpoint_every)
         # checked before ggml's client sees them: it aborts on a bad endpoint
         _core.add_rpc_servers([rpc] if isinstance(rpc, str) else list(rpc))
-        self._core = _core.Model(os.fspath(path), list(override_kv))
+        self._files = (os.fspath(path), os.fspath(draft_model) if draft_model else None, list(override_kv))
+        self._core = _core.Model(self._files[0], self._files[2])
+        self._path, self._n_vocab = self._core.path, self._core.n_vocab  # known while unloaded too
         self.tokenizer = _tokenizer(self._core)
         self._n_ctx = n_ctx
         self.n_threads = n_threads or os.cpu_count() or 1
@@ -134,7 +138,7 @@ class Model:
                                     override_tensor=tuple(override_tensor), split_mode=split_mode,
                                     tensor_split=tensor_split, main_gpu=main_gpu, draft_device=draft_device)
         self._placement = self._place(self._core)  # at load: a bad -ot rule fails here, naming it
-        self._draft_core = _core.Model(os.fspath(draft_model), list(override_kv)) if draft_model else None
+        self._draft_core = _core.Model(self._files[1], self._files[2]) if draft_model else None
         self._draft_placement = self._place(self._draft_core) if self._draft_core else {}
         self._spec_draft_type = spec_draft_type
         self._engine = self._new_engine()
@@ -148,7 +152,7 @@ class Model:
         if spec_index_share not in INDEX_SHARE:
             raise ValueError(f"spec_index_share {spec_index_share!r}: expected auto, on or off")
         self.spec = dict(n_max=draft_n_max if self.spec_type == "draft-mtp" else 0, n_min=draft_n_min,
-                         p_min=draft_p_min, index_share=INDEX_SHARE[spec_index_share])
+                         p_min=draft_p_min, index_share=INDEX_SHARE[spec_index_share], adaptive=draft_adaptive)
 
     def _new_engine(self) -> _core.Engine:
         return _core.Engine(self._core, self._n_ctx, self.n_batch, self.n_threads, self._spec_draft_type,
@@ -163,6 +167,31 @@ class Model:
         other._engine = self._new_engine()
         other._last = None
         return other
+
+    def unload(self) -> None:
+        """Free this sequence (its engine: caches and compute buffers) and let go of the weights, which are freed
+        once no Model holds them (llama-server's sleep: the slots made by another_sequence share them, so unload
+        them all). Until reload(), only the settings, the tokenizer, path and n_vocab may be used."""
+        self._engine = self._core = self._draft_core = self._last = None
+
+    def reload(self, weights_of: Model | None = None) -> None:
+        """Load again after unload(): the file's weights (and the draft file's), placed by the same rules, or those
+        `weights_of` (a loaded Model of the same file, e.g. slot 0 for the others) holds; then an empty sequence.
+        Raises ValueError when the file no longer loads (as the constructor)."""
+        if weights_of is not None:
+            self._core, self._draft_core = weights_of._core, weights_of._draft_core
+        else:
+            path, draft_path, override_kv = self._files
+            self._core = _core.Model(path, override_kv)
+            self._placement = self._place(self._core)
+            self._draft_core = _core.Model(draft_path, override_kv) if draft_path else None
+            self._draft_placement = self._place(self._draft_core) if self._draft_core else {}
+        self._engine = self._new_engine()
+
+    @property
+    def loaded(self) -> bool:
+        """False between unload() and reload()."""
+        return self._engine is not None
 
     def eval(self, tokens: Sequence[int], logits_all: bool = False) -> np.ndarray:
         """Append `tokens` to the sequence and run the trunk over them (prefill in ubatches of n_batch).
@@ -230,11 +259,11 @@ class Model:
 
     @property
     def path(self) -> str:
-        return self._core.path
+        return self._path
 
     @property
     def n_vocab(self) -> int:
-        return self._core.n_vocab
+        return self._n_vocab
 
     @property
     def n_ctx(self) -> int:
@@ -324,7 +353,7 @@ class Model:
 
     def generator(self, n_max: int | None = None, temperature: float = 0.8, top_k: int = 40, top_p: float = 0.95,
                   min_p: float = 0.05, seed: int | None = None, index_share: str | None = None,
-                  n_min: int | None = None, p_min: float | None = None,
+                  n_min: int | None = None, p_min: float | None = None, adaptive: bool | None = None,
                   synthetic_accepted: float = -1.0, n_probs: int | None = None,
                   logit_bias: Mapping[int, float] | Sequence[tuple[int, float]] | None = None) -> _core.Generator:
         """A native generation loop on this model's sequence (what Model.generate drives): its `start(prompt ids,
@@ -339,6 +368,8 @@ class Model:
         index_share: "auto", "on" or "off" (as spec_index_share); None keeps the model's.
         n_min, p_min: the shortest draft worth verifying and the draft probability below which drafting stops;
             None keeps the model's (draft_n_min, draft_p_min).
+        adaptive: draft lengths chosen round by round (at most n_max) or n_max every round (see draft_adaptive);
+            None keeps the model's, except that sampling with a given seed drafts n_max every round (reproducible).
         synthetic_accepted: benchmarks only, a fixed mean number of accepted drafts per round (< 0: real
             acceptance).
         n_probs: report the log-probability of every emitted token and of the n_probs most probable tokens at
@@ -355,7 +386,9 @@ class Model:
             spec["n_max"] = n_max
         if index_share is not None:
             spec["index_share"] = INDEX_SHARE[index_share]
-        for key, value in (("n_min", n_min), ("p_min", p_min)):
+        if adaptive is None and seed is not None and temperature > 0:
+            adaptive = False  # a seeded sample is reproduced only with the same draft lengths, not timing-chosen ones
+        for key, value in (("n_min", n_min), ("p_min", p_min), ("adaptive", adaptive)):
             if value is not None:
                 spec[key] = value
         if seed is None:

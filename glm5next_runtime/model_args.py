@@ -86,11 +86,17 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                    help="put tensors matching REGEX on DEVICE (repeatable; comma-separated lists too)")
     p.add_argument("--spec-type", choices=SPEC_TYPES,
                    help="speculative decoding (default: draft-mtp when the file has a NextN layer, else none)")
-    p.add_argument("--spec-draft-n-max", type=int, default=3, metavar="N", help="draft tokens per round (3)")
+    p.add_argument("--spec-draft-n-max", type=int, default=3, metavar="N",
+                   help="draft tokens per round (with --spec-draft-adaptive on, the most) (3)")
     p.add_argument("--spec-draft-n-min", type=int, default=0, metavar="N",
                    help="shortest draft worth verifying (0)")
     p.add_argument("--spec-draft-p-min", type=float, default=0.0, metavar="P",
                    help="stop drafting below this draft probability (0.0)")
+    p.add_argument("--spec-draft-adaptive", choices=("on", "off"), default="on",
+                   help="on: each round drafts as many tokens as pay on this machine and file (at most "
+                        "--spec-draft-n-max; none when drafting does not), from measured acceptance and timings; "
+                        "greedy output is unchanged; a request that samples with a fixed seed drafts --spec-draft-n-max "
+                        "every round (reproducible output). off: --spec-draft-n-max every round always (on)")
     p.add_argument("--spec-draft-type", choices=DRAFT_TYPES, default="auto",
                    help="weight type of the draft layer: auto (as stored) or requantized at load (q8_0, q4_0)")
     p.add_argument("--spec-index-share", choices=list(INDEX_SHARE), default="auto",
@@ -99,9 +105,6 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                    help="override a GGUF metadata key; TYPE is int, float, bool or str (repeatable, or several "
                         "comma-separated as llama.cpp takes them; a comma inside a str value stays in it)")
     p.add_argument("--seed", type=int, default=-1, help="sampling seed (-1: a random one per request)")
-    p.add_argument("--batch-invariant", action="store_true",
-                   help="a row's logits do not depend on its batch: greedy draft-MTP equals plain decoding on "
-                        "quantized files too (costs decode speed, ~20%% on q8_0)")
     p.add_argument("--ctx-checkpoints", "--swa-checkpoints", type=int, default=32, metavar="N",
                    help="context checkpoints kept per sequence (KDA states a later prompt sharing a prefix resumes "
                         "from; host memory, see the load report) (32)")
@@ -116,12 +119,13 @@ def model_kwargs(args: argparse.Namespace) -> dict[str, Any]:
                 override_kv=args.override_kv, n_gpu_layers=args.n_gpu_layers, cpu_moe=args.cpu_moe,
                 n_cpu_moe=args.n_cpu_moe, override_tensor=args.override_tensor, spec_type=args.spec_type,
                 draft_n_max=args.spec_draft_n_max, draft_n_min=args.spec_draft_n_min,
-                draft_p_min=args.spec_draft_p_min, spec_index_share=args.spec_index_share,
+                draft_p_min=args.spec_draft_p_min, draft_adaptive=args.spec_draft_adaptive == "on",
+                spec_index_share=args.spec_index_share,
                 spec_draft_type=args.spec_draft_type, draft_model=args.model_draft, rpc=split_list(args.rpc or ""),
                 devices=split_list(args.device) if args.device else None, split_mode=args.split_mode,
                 tensor_split=parse_tensor_split(args.tensor_split), main_gpu=args.main_gpu,
                 draft_device=args.device_draft, ctx_checkpoints=args.ctx_checkpoints,
-                checkpoint_every=args.checkpoint_every_n_tokens, batch_invariant=args.batch_invariant)
+                checkpoint_every=args.checkpoint_every_n_tokens)
 
 
 def request_seed(args: argparse.Namespace) -> int | None:
@@ -135,7 +139,8 @@ def describe_model(model: Model, args: argparse.Namespace) -> list[str]:
     why)."""
     if model.spec_type == "draft-mtp":
         source = f"the NextN layer of {args.model_draft}" if args.model_draft else "the file's NextN layer"
-        spec = (f"draft-mtp with {source} (n_max {args.spec_draft_n_max}, n_min {args.spec_draft_n_min}, "
+        spec = (f"draft-mtp with {source} (n_max {args.spec_draft_n_max}"
+                f"{', adaptive' if args.spec_draft_adaptive == 'on' else ''}, n_min {args.spec_draft_n_min}, "
                 f"p_min {args.spec_draft_p_min}, index sharing {args.spec_index_share}, "
                 f"draft type {args.spec_draft_type})")
     else:

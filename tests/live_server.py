@@ -3,6 +3,7 @@ for /health, fail with the server's log), stop (killed if need be), and raw HTTP
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -30,13 +31,16 @@ def free_port() -> int:
 class Server:
     """glm5next-server in a subprocess; its output goes to a file (a pipe nobody reads could block it)."""
 
-    def __init__(self, gguf: Path, log: Path, *flags: str, n_ctx: int = N_CTX):
-        self.port = free_port()
+    def __init__(self, gguf: Path, log: Path, *flags: str, n_ctx: int = N_CTX, port: int | None = None,
+                 env: dict[str, str] | None = None):
+        """port: where it listens (a free one when None); env: variables added to the server's environment."""
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log
         with open(log, "wb") as out:
             self.proc = subprocess.Popen([str(SERVER), "-m", str(gguf), "--port", str(self.port), "-t", "1",
                                           "-c", str(n_ctx), *flags], stdout=out, stderr=subprocess.STDOUT,
+                                         env=None if env is None else os.environ | env,
                                          preexec_fn=die_with_parent)  # no orphan when pytest itself is killed
         try:
             self._wait_ready()

@@ -18,7 +18,8 @@ TIMEOUT = 60
 
 @pytest.fixture(scope="module")
 def model(predictable_gguf) -> Model:
-    return Model(predictable_gguf, n_ctx=256, n_threads=1)
+    """Fixed draft lengths, as the CLI's --spec-draft-adaptive off: seeded sampled output depends on them."""
+    return Model(predictable_gguf, n_ctx=256, n_threads=1, draft_adaptive=False)
 
 
 def run_cli(gguf: Path, *flags: str) -> subprocess.CompletedProcess:
@@ -64,7 +65,8 @@ def test_separate_draft_file_and_draft_type(checkpoints, predictable_gguf, model
 def test_seeded_sampling_matches_the_python_api(predictable_gguf, model):
     want = model.generate(PROMPT, max_tokens=12, temperature=1.0, seed=3).text + "\n"
     for _ in range(2):
-        run = run_cli(predictable_gguf, "-p", PROMPT, "-n", "12", "--temp", "1.0", "--seed", "3")
+        run = run_cli(predictable_gguf, "-p", PROMPT, "-n", "12", "--temp", "1.0", "--seed", "3",
+                      "--spec-draft-adaptive", "off")
         assert run.returncode == 0 and run.stdout == want
 
 

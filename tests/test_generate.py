@@ -21,8 +21,9 @@ def gguf(checkpoints):
 
 @pytest.fixture
 def model(gguf) -> Model:
-    # one thread: a tiny model gains nothing from more, and shared CI cores make ggml's thread sync slow
-    return Model(gguf, n_ctx=N_CTX, n_threads=1)
+    # one thread: a tiny model gains nothing from more, and shared CI cores make ggml's thread sync slow; fixed
+    # draft lengths: seeded sampled output depends on them (adaptive ones follow timings)
+    return Model(gguf, n_ctx=N_CTX, n_threads=1, draft_adaptive=False)
 
 
 @pytest.fixture
@@ -40,7 +41,8 @@ def scripted(model: Model, monkeypatch, script: list[int]) -> None:
     class ScriptedGenerator:
         room = 1_000
         stats = {"n_prompt_tokens": 1, "n_cached_tokens": 0, "prompt_ms": 1.0, "n_drafts": 0, "n_drafted": 0, "n_accepted": 0,
-                 "acceptance_per_position": [], "drafted_at": [], "accepted_at": [], "mean_accepted_length": 0.0,
+                 "acceptance_per_position": [], "drafted_at": [], "accepted_at": [], "rounds_at_length": [1],
+                 "mean_accepted_length": 0.0,
                  "draft_ms": 0.0, "verify_ms": 0.0}
 
         def __init__(self, *args, **kwargs):
@@ -192,7 +194,7 @@ def test_metrics(model):
     got = model.generate(PROMPT, max_tokens=10, temperature=0, stop=None)
     keys = {"n_prompt_tokens", "n_generated", "prompt_ms", "decode_ms", "prompt_tokens_per_s", "decode_tokens_per_s"}
     spec = {"n_drafts", "n_drafted", "n_accepted", "acceptance_per_position", "drafted_at", "accepted_at",
-            "mean_accepted_length", "draft_ms", "verify_ms"}
+            "rounds_at_length", "mean_accepted_length", "draft_ms", "verify_ms"}
     assert set(got.metrics) == keys | spec | {"n_cached_tokens"}
     assert got.metrics["n_prompt_tokens"] == len(model.tokenize(PROMPT))
     assert 0 <= got.metrics["n_cached_tokens"] < got.metrics["n_prompt_tokens"]

@@ -25,8 +25,10 @@ def gguf(request, checkpoints):
 
 
 def new_model(path, **kw):
+    """Fixed draft lengths (draft_adaptive=False): the tests compare drafts and acceptance per position between two
+    sequences, and adaptive lengths follow each one's timings."""
     from glm5next_runtime import Model
-    return Model(path, n_ctx=256, n_threads=2, checkpoint_every=CHECKPOINT_EVERY, **kw)
+    return Model(path, n_ctx=256, n_threads=2, checkpoint_every=CHECKPOINT_EVERY, draft_adaptive=False, **kw)
 
 
 @pytest.fixture(scope="module")

@@ -56,8 +56,9 @@ def wait_idle(server: Server, slots: int, limit: float = 15.0, **kw) -> None:
 
 @pytest.fixture(scope="module")
 def spec(predictable_gguf, tmp_path_factory):
+    # fixed draft lengths (as spec_model): seeded sampled text depends on them, and the metrics tests need drafts
     server = Server(predictable_gguf, tmp_path_factory.mktemp("spec") / "server.log", "-np", "2", "--metrics",
-                    n_ctx=2 * N_CTX)  # the slots share -c: N_CTX each
+                    "--spec-draft-adaptive", "off", n_ctx=2 * N_CTX)  # the slots share -c: N_CTX each
     yield server
     server.stop()
 
@@ -72,7 +73,7 @@ def plain(plain_gguf, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def spec_model(predictable_gguf) -> Model:
-    return Model(predictable_gguf, n_ctx=N_CTX, n_threads=1)
+    return Model(predictable_gguf, n_ctx=N_CTX, n_threads=1, draft_adaptive=False)
 
 
 @pytest.fixture(scope="module")
@@ -260,7 +261,8 @@ BAD = [
     ({"prompt": "Hello", "max_tokens": -2}, 400, "invalid_request_error"),
     ({"prompt": "Hello", "top_p": 0}, 400, "invalid_request_error"),
     ({"prompt": "Hello", "stop": [""]}, 400, "invalid_request_error"),
-    ({"prompt": "Hello", "n": 2}, 400, "invalid_request_error"),
+    ({"prompt": "Hello", "n": 17}, 400, "invalid_request_error"),  # past MAX_CHOICES
+    ({"prompt": "Hello", "n": 2, "stream": True}, 400, "invalid_request_error"),  # several choices: not streamed
     ({"prompt": "Hello", "speculative": {"n_max": -1}}, 400, "invalid_request_error"),
     ({"prompt": "Hello", "speculative.n_max": 4096}, 400, "invalid_request_error"),  # >= n_batch
     ({"prompt": ""}, 400, "invalid_request_error"),

@@ -191,6 +191,15 @@ def test_count_tokens_is_the_chat_prompts_size(srv):
     assert (status, out) == (200, {"input_tokens": prompt_tokens})
 
 
+def test_no_messages_is_the_templates_generation_prompt_alone(srv):
+    """llama-server answers a Messages request without messages (a 200, not a 400)."""
+    status, out = post_json(srv, "/v1/messages", {"messages": [], "max_tokens": 2, "temperature": 0})
+    assert status == 200 and out["type"] == "message", out
+    _, counted = post_json(srv, "/v1/messages/count_tokens", {"messages": []})
+    _, ids = post_json(srv, "/tokenize", {"content": "[gMASK]<sop><|assistant|>\n<think>", "add_special": True})
+    assert out["usage"]["input_tokens"] == counted["input_tokens"] == len(ids["tokens"])
+
+
 def test_claude_codes_billing_stamp_does_not_change_the_prompt():
     """The cch stamp changes on every request; blanked, the prompt (and the prompt cache) stays the same."""
     def fields(stamp: str) -> dict:

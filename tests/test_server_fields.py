@@ -7,6 +7,7 @@ greedy text is compared with the Python API on the same file. A second server wi
 test that needs it."""
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -168,6 +169,48 @@ def test_generated_control_tokens_are_not_text(server, model, control_seed):
     assert status == 200 and text(out) == hidden.text and out["usage"]["completion_tokens"] == len(hidden.tokens)
 
 
+@pytest.mark.parametrize("endpoint", ENDPOINTS)
+def test_n_choices_are_the_requests_with_the_seed_plus_i(server, endpoint):
+    """llama-server's n (n_cmpl): choice i is the request with seed + i; the usage counts the prompt once."""
+    singles = [ask(server, endpoint, max_tokens=6, **SAMPLED, seed=7 + i)[1] for i in range(3)]
+    assert len({json.dumps(one["choices"][0]) for one in singles}) > 1  # the seeds give different texts
+    for field in ("n", "n_cmpl"):
+        status, out = ask(server, endpoint, max_tokens=6, **SAMPLED, seed=7, **{field: 3})
+        assert status == 200, out
+        assert out["choices"] == [one["choices"][0] | {"index": i} for i, one in enumerate(singles)]
+        usage = out["usage"]
+        assert usage["prompt_tokens"] == singles[0]["usage"]["prompt_tokens"]
+        assert usage["completion_tokens"] == sum(one["usage"]["completion_tokens"] for one in singles)
+
+
+def test_several_prompts_are_one_choice_each(server):
+    """OpenAI's list of prompts (texts, or lists of ids): one choice per prompt, in order, each the prompt's own
+    completion, n of them per prompt with n."""
+    prompts = [PROMPT, "Once upon a time"]
+    singles = [post_json(server, "/v1/completions", {"prompt": p, "max_tokens": 5, "temperature": 0})[1]
+               for p in prompts]
+    status, out = post_json(server, "/v1/completions", {"prompt": prompts, "max_tokens": 5, "temperature": 0})
+    assert status == 200 and [c["text"] for c in out["choices"]] == [text(one) for one in singles]
+    assert out["usage"]["prompt_tokens"] == sum(one["usage"]["prompt_tokens"] for one in singles)
+    _, ids = post_json(server, "/tokenize", {"content": PROMPT, "add_special": True})
+    status, out = post_json(server, "/v1/completions", {"prompt": [ids["tokens"]] * 2, "n": 2, "max_tokens": 5,
+                                                        "temperature": 0})
+    assert status == 200 and [c["text"] for c in out["choices"]] == [text(singles[0])] * 4
+    assert [c["index"] for c in out["choices"]] == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("endpoint", ENDPOINTS)
+def test_verbose_adds_the_native_body(server, endpoint):
+    status, plain = ask(server, endpoint, max_tokens=4)
+    status_with, out = ask(server, endpoint, max_tokens=4, verbose=True)
+    assert status == status_with == 200 and "__verbose" not in plain
+    native = out.pop("__verbose")
+    assert out["choices"] == plain["choices"]
+    assert native["prompt"] == (RENDERED if endpoint == ENDPOINTS[1] else PROMPT)
+    assert native["tokens_predicted"] == 4 and native["stop_type"] == "limit" and native["stop"] is True
+    assert native["generation_settings"]["n_predict"] == 4
+
+
 def test_special_flag_shows_control_tokens(plain_gguf, model, control_seed, tmp_path):
     shown = model.generate(PROMPT, max_tokens=32, seed=control_seed, special=True, **SAMPLED)
     server = Server(plain_gguf, tmp_path / "server.log", "--special", "--no-jinja")
@@ -186,21 +229,21 @@ REFUSED = [
     ("function_call", {"name": "f"}), ("presence_penalty", 0.5),
     ("frequency_penalty", -0.5), ("echo", True), ("best_of", 2), ("suffix", "return a + b"),
     ("audio", {"voice": "alloy", "format": "wav"}), ("modalities", ["text", "audio"]), ("web_search_options", {}),
-    ("verbosity", "low"), ("n", 2),
+    ("verbosity", "low"),
     ("post_sampling_probs", True), ("grammar_lazy", True),
     ("samplers", ["top_k", "temperature"]), ("dynatemp_range", 0.5), ("top_n_sigma", 1.0), ("typical_p", 0.9),
     ("xtc_probability", 0.5), ("repeat_penalty", 1.1), ("dry_multiplier", 0.8), ("mirostat", 2), ("min_keep", 5),
-    ("ignore_eos", True), ("n_indent", 4), ("n_cmpl", 2), ("t_max_predict_ms", 1000),
+    ("n_indent", 4), ("t_max_predict_ms", 1000),
     ("return_tokens", True), ("return_progress", True), ("response_fields", ["content"]),
     ("lora", [{"id": 0, "scale": 1.0}]),
 ]
 # the values that ask for nothing: accepted, and the output is the one without them
 NEUTRAL = {"functions": [], "function_call": "none", "presence_penalty": 0,
            "frequency_penalty": 0.0, "echo": False, "best_of": 1, "suffix": "", "audio": None, "modalities": ["text"],
-           "web_search_options": None, "verbosity": "medium", "n": 1, "post_sampling_probs": False,
+           "web_search_options": None, "verbosity": "medium", "post_sampling_probs": False,
            "grammar_lazy": False, "samplers": None, "dynatemp_range": 0.0, "top_n_sigma": -1.0,
            "typical_p": 1.0, "xtc_probability": 0.0, "repeat_penalty": 1.0, "dry_multiplier": 0.0, "mirostat": 0,
-           "min_keep": 0, "ignore_eos": False, "n_indent": 0, "n_cmpl": 1, "t_max_predict_ms": 0,
+           "min_keep": 0, "n_indent": 0, "t_max_predict_ms": 0,
            "return_tokens": False, "return_progress": False, "response_fields": [], "lora": []}
 
 
@@ -239,8 +282,8 @@ def test_chat_only_fields_are_a_400_on_completions(server, field, value):
 
 def test_the_schema_refuses_exactly_the_tested_fields():
     refused = {f for f, _ in REFUSED}
-    assert refused_fields(ChatRequest) | {"n"} == refused
-    assert refused_fields(CompletionRequest) | {"n"} == refused | {f for f, _ in REFUSED_ON_COMPLETIONS}
+    assert refused_fields(ChatRequest) == refused
+    assert refused_fields(CompletionRequest) == refused | {f for f, _ in REFUSED_ON_COMPLETIONS}
 
 
 # ------------------------------------------------------------------------------------------ ignored on purpose

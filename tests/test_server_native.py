@@ -12,12 +12,14 @@ from __future__ import annotations
 import asyncio
 import http.client
 import json
+import math
 import time
 
 import pytest
 from starlette.testclient import TestClient
 
 from glm5next_runtime import Model
+from glm5next_runtime.generate import end_of_generation_ids
 from glm5next_runtime.server.app import create_app
 from glm5next_runtime.server.config import ServerConfig
 from glm5next_runtime.server.args import parse_args
@@ -207,6 +209,24 @@ def test_a_requests_n_predict_wins_over_the_servers_and_return_tokens_gives_ids(
     assert out["tokens_predicted"] == 3 and out["content"] == greedy(model, "Once upon a time", 3).text
 
 
+def test_ignore_eos_bans_the_end_tokens_and_generation_settings_list_the_bias(srv, model):
+    """llama-server's ignore_eos appends a -inf bias (null in JSON) for each end-of-generation token to the
+    request's logit_bias, and generation_settings shows the list."""
+    prompt = next(p for p in ("Hi", "A", "Hello world", "Once upon a time", "1 2 3")
+                  if greedy(model, p, 64).finish_reason == "stop")  # ends by itself within 64 tokens
+    ends = end_of_generation_ids(model.tokenizer)
+    want = model.generate(prompt, max_tokens=64, temperature=0, logit_bias=[(9, 2.0)] + [(t, -math.inf) for t in ends])
+    status, out = post_json(srv, "/completion", {"prompt": prompt, "n_predict": 64, "ignore_eos": True,
+                                                 "logit_bias": [[9, 2.0]]})
+    assert status == 200 and out["content"] == want.text and out["tokens_predicted"] == 64
+    assert out["stop_type"] == "limit" and out["generation_settings"]["ignore_eos"] is True
+    assert out["generation_settings"]["logit_bias"] == [{"bias": 2.0, "token": 9}] + [{"bias": None, "token": t}
+                                                                                       for t in ends]
+    status, out = post_json(srv, "/completion", {"prompt": prompt, "n_predict": 64})
+    assert out["stop_type"] == "eos" and out["generation_settings"]["logit_bias"] == []
+    assert out["generation_settings"]["ignore_eos"] is False
+
+
 def test_a_prompt_object_is_its_prompt_string_and_media_are_refused(srv, model):
     """llama-server's {"prompt_string", "multimodal_data"} prompt: the text is the prompt; a text-only model
     refuses media."""
@@ -242,8 +262,15 @@ def test_token_and_mixed_prompts_and_several_prompts(srv, model):
     assert post_json(srv, "/completion", {"prompt": ids})[1]["content"] == want
     assert post_json(srv, "/completion", {"prompt": ids[:1] + ["world"]})[1]["content"] == greedy(
         model, ids[:1] + model.tokenize("world")).text
-    status, out = post_json(srv, "/completion", {"prompt": [ids, ids]})
-    assert status == 400 and out["error"]["message"].startswith("prompt: several prompts")
+    # several prompts (llama-server's: a list without token ids at its top): a list of bodies, in order
+    status, out = post_json(srv, "/completion", {"prompt": [ids, "Once upon a time", {"prompt_string": "Hi"}]})
+    assert status == 200 and isinstance(out, list)
+    assert [o["content"] for o in out] == [want] + [greedy(model, p).text for p in ("Once upon a time", "Hi")]
+    assert [o["index"] for o in out] == [0, 1, 2] and all(o["stop"] for o in out)
+    status, out = post_json(srv, "/completion", {"prompt": ["Hi"]})  # one prompt in a list: one body
+    assert status == 200 and out["content"] == greedy(model, "Hi").text
+    status, out = post_json(srv, "/completion", {"prompt": ids[:1] + [ids[:1]]})  # ids at the top: one prompt
+    assert status == 400 and out["error"]["message"].startswith("prompt: a prompt is text, token ids")
 
 
 def test_stream_chunks_then_a_summary_without_done(srv, model):

@@ -74,6 +74,18 @@ def test_llama_server_json_schema_and_grammar_fields(server, model):
         PROMPT, max_tokens=96, temperature=0, grammar='root ::= [a-z]{1,8} "=" [0-9]{1,3}').text
 
 
+def test_a_schema_is_read_as_llama_server_reads_it(server, model):
+    """llama-server's converter reads draft-04's tuple `items` (a list of schemas) as exactly those items, and
+    `items` without a `type` as an array; JSON Schema 2020-12 (llguidance's) would let any value through."""
+    tuple_items = {"items": [{"type": "integer"}, {"type": "string"}]}
+    status, out = complete(server, response_format={"type": "json_object", "schema": tuple_items}, max_tokens=32)
+    want = model.generate(PROMPT, max_tokens=32, temperature=0, json_schema={
+        "type": "array", "prefixItems": tuple_items["items"], "items": False, "minItems": 2})
+    assert status == 200 and out["choices"][0]["text"] == want.text
+    assert want.text.startswith("[") and want.text != model.generate(PROMPT, max_tokens=32, temperature=0,
+                                                                     json_schema=tuple_items).text
+
+
 def test_logit_bias_in_every_form_is_the_python_apis(server, model):
     plain = model.generate(PROMPT, max_tokens=12, temperature=0)
     token = plain.tokens[1]

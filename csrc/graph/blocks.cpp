@@ -5,7 +5,9 @@
 #include <stdexcept>
 #include <string>
 
+#include "graph/indexer_ops.h"
 #include "graph/mhc_ops.h"
+#include "graph/sparse_attention_ops.h"
 #include "graph/select_std.h"
 
 namespace glm5next {
@@ -23,10 +25,23 @@ void write_rows(ggml_context * ctx, ggml_cgraph * gf, ggml_tensor * src, ggml_te
 ggml_tensor * BlockBuilder::rms(ggml_tensor * x, ggml_tensor * w) const { return ggml_mul(ctx, ggml_rms_norm(ctx, x, hp.rms_eps), w); }
 
 ggml_tensor * BlockBuilder::mm(ggml_tensor * w, ggml_tensor * x) const {
-    if (!batch_invariant || x->ne[1] != 1 || !cpu_kernels) return ggml_mul_mat(ctx, w, x);
-    ggml_tensor * r = ggml_mul_mat(ctx, w, ggml_concat(ctx, x, x, 1));
-    if (r->ne[2] * r->ne[3] == 1) return ggml_view_2d(ctx, r, r->ne[0], 1, r->nb[1], 0);
-    return ggml_cont(ctx, ggml_view_4d(ctx, r, r->ne[0], 1, r->ne[2], r->ne[3], r->nb[1], r->nb[2], r->nb[3], 0));
+    if (x->ne[1] == 1 || x->ne[1] > kInvariantMaxRows || !cpu_kernels) return ggml_mul_mat(ctx, w, x);
+    const int64_t K = x->ne[0], N = x->ne[1], B = w->ne[2];
+    if (B == 1 && w->ne[3] == 1) {  // one matrix: every column of x is a row routed to "expert" 0
+        ggml_tensor * xc = ggml_reshape_3d(ctx, ggml_is_contiguous(x) ? x : ggml_cont(ctx, x), K, 1, ggml_nelements(x) / K);
+        ggml_tensor * r = ggml_mul_mat_id(ctx, ggml_reshape_3d(ctx, w, K, w->ne[1], 1), xc, expert_ids(1, xc->ne[2]));
+        return ggml_reshape_4d(ctx, r, w->ne[1], N, x->ne[2], x->ne[3]);
+    }
+    // a matrix per batch (x [K, N, B]): batch b is "expert" b of every column
+    ggml_tensor * xb = ggml_cont(ctx, ggml_permute(ctx, x, 0, 2, 1, 3));  // [K, B, N]
+    ggml_tensor * r = ggml_mul_mat_id(ctx, w, xb, expert_ids(B, N));       // [M, B, N]
+    return ggml_cont(ctx, ggml_permute(ctx, r, 0, 2, 1, 3));               // [M, N, B]
+}
+
+ggml_tensor * BlockBuilder::expert_ids(int64_t n_experts, int64_t n_cols) const {
+    // i32 [n_experts, n_cols], column j = 0..n_experts-1: the ascending order of an ascending row
+    ggml_tensor * row = ggml_arange(ctx, 0.0f, (float) n_experts, 1.0f);
+    return ggml_argsort(ctx, ggml_repeat_4d(ctx, row, n_experts, n_cols, 1, 1), GGML_SORT_ORDER_ASC);
 }
 
 ggml_tensor * BlockBuilder::hc_pre(ggml_tensor * x, ggml_tensor * fn, ggml_tensor * scale, ggml_tensor * base,
@@ -190,14 +205,19 @@ Selection BlockBuilder::indexer(ggml_tensor * x, ggml_tensor * qr, const LayerWe
     ggml_tensor * pooled = ggml_view_2d(ctx, c.pooled, idim, n_pool, c.pooled->nb[1], 0);
 
     ggml_tensor * iq = ggml_reshape_3d(ctx, mm(w.idx_q_b, qr), idim, ih, T);
+    ggml_tensor * wts = ggml_scale(ctx, mm(w.idx_proj, x), 1.0f / std::sqrt((float) ih));
+    if (cpu_kernels) {
+        // iq made contiguous: ggml multiplies a prompt ubatch's permuted operand element by element, a contiguous one
+        // with tinyBLAS
+        ggml_tensor * kq = mm(pooled, ggml_cont(ctx, ggml_permute(ctx, iq, 0, 2, 1, 3)));  // [n_pool, T, ih]
+        params.indexer_scale = 1.0f / std::sqrt((float) idim);
+        ggml_tensor * scores = indexer_scores(ctx, kq, wts, &params.indexer_scale);
+        return Selection{kpool_top_k(ctx, scores, &params.kpool), &params.kpool};
+    }
     ggml_tensor * kq = mm(pooled, ggml_permute(ctx, iq, 0, 2, 1, 3));  // [n_pool, T, ih]
     kq = ggml_relu(ctx, ggml_scale(ctx, kq, 1.0f / std::sqrt((float) idim)));
     kq = ggml_cont(ctx, ggml_permute(ctx, kq, 1, 2, 0, 3));                        // [ih, n_pool, T]
-    ggml_tensor * wts = ggml_scale(ctx, mm(w.idx_proj, x), 1.0f / std::sqrt((float) ih));
     ggml_tensor * scores = ggml_reshape_2d(ctx, ggml_mul_mat(ctx, kq, ggml_reshape_3d(ctx, wts, ih, 1, T)), n_pool, T);
-    if (cpu_kernels) {
-        return Selection{kpool_top_k(ctx, scores, &params.kpool), &params.kpool};
-    }
     if (!kpool_inputs) kpool_inputs.emplace(ctx, T);
     return Selection{kpool_top_k_std(ctx, scores, kpool_inputs->n_cand, params.kpool.n_top_pool), &params.kpool, true};
 }
@@ -243,13 +263,19 @@ ggml_tensor * BlockBuilder::dsa(ggml_tensor * x, const LayerWeights & w, const L
             sel.rows_mask = kpool_rows_mask(ctx, sel.pools, sel.at);
         }
         ggml_tensor * latent = ggml_view_2d(ctx, c.latent, kvr, n_kv, c.latent->nb[1], 0);
-        const int64_t by_bytes = kGatherChunkBytes / (kvr * sel.rows->ne[0] * (int64_t) sizeof(float));
-        const int64_t chunk = std::max<int64_t>({1, std::min(by_bytes, kGatherChunkRows),
-                                                 (T + kGatherMaxChunks - 1) / kGatherMaxChunks});
-        o = nullptr;
-        for (int64_t r0 = 0; r0 < T; r0 += chunk) {
-            ggml_tensor * part = attend_gathered(q_abs, w, latent, sel, r0, std::min(chunk, T - r0));
-            o = o ? ggml_concat(ctx, o, part, 3) : part;  // [v, 1, nh, T]
+        if (cpu_kernels && !sel.std_ops) {  // the selected rows read in place (graph/sparse_attention_ops.h)
+            params.attention_scale = 1.0f / std::sqrt((float) nope);
+            ggml_tensor * kqv = sparse_attention(ctx, q_abs, latent, sel.rows, sel.rows_mask, &params.attention_scale);
+            o = ggml_mul_mat(ctx, w.wv_b, kqv);  // [v, 1, nh, T]
+        } else {
+            const int64_t by_bytes = kGatherChunkBytes / (kvr * sel.rows->ne[0] * (int64_t) sizeof(float));
+            const int64_t chunk = std::max<int64_t>({1, std::min(by_bytes, kGatherChunkRows),
+                                                     (T + kGatherMaxChunks - 1) / kGatherMaxChunks});
+            o = nullptr;
+            for (int64_t r0 = 0; r0 < T; r0 += chunk) {
+                ggml_tensor * part = attend_gathered(q_abs, w, latent, sel, r0, std::min(chunk, T - r0));
+                o = o ? ggml_concat(ctx, o, part, 3) : part;  // [v, 1, nh, T]
+            }
         }
     } else {
         if (sel.mask == nullptr) {

@@ -19,6 +19,8 @@ struct GraphParams {
     KpoolParams kpool;       // the ubatch's own rows
     KpoolParams kpool_saved; // a reused selection's row (the draft head's step 0, for index sharing)
     MoeRouteParams moe;
+    float indexer_scale = 0.0f;    // 1/sqrt(index_head_dim), for indexer_scores
+    float attention_scale = 0.0f;  // 1/sqrt(qk head dim), for sparse_attention
 };
 
 // A DSA layer's choice of keys: the chosen pools i32 [n_top_pool, n_rows] of the rows `at` describes, and what
@@ -37,14 +39,18 @@ struct Selection {
 // Up to this many rows per ubatch, attention gathers each row's selected keys (cost ~ index_topk per row); above
 // it, one masked pass over every cached row serves all rows at once, until the context holds kSparseMinKeyRatio
 // times the rows a query selects: from there a prefill ubatch gathers too (sparse prefill: its cost stays
-// ~index_topk per row at any depth instead of growing with it), in chunks of at most kGatherChunkRows rows whose
-// gathered keys take at most kGatherChunkBytes, or in kGatherMaxChunks chunks when that makes them longer (the
-// graph's node budget, graph_size).
+// ~index_topk per row at any depth instead of growing with it). On the CPU the selected rows are read where the
+// cache holds them (graph/sparse_attention_ops.h); with ggml's standard ops (a layer on another device) they are
+// copied out, in chunks of at most kGatherChunkRows rows whose gathered keys take at most kGatherChunkBytes, or in
+// kGatherMaxChunks chunks when that makes them longer (the graph's node budget, graph_size).
 constexpr int64_t kGatherMaxRows = 16;
 constexpr int64_t kSparseMinKeyRatio = 4;
 constexpr int64_t kGatherChunkBytes = 64ll << 20;
 constexpr int64_t kGatherMaxChunks = 16;
 constexpr int64_t kGatherChunkRows = 64;
+
+// Ubatches of up to this many rows multiply row by row on the CPU (BlockBuilder::mm: batch-invariant verify passes).
+constexpr int64_t kInvariantMaxRows = kGatherMaxRows;
 
 // The most keys (n_past + ubatch rows) a ubatch of more than kGatherMaxRows rows attends densely; past it, it
 // gathers. The dense pass's buffers grow with the keys, so a ubatch's compute buffers peak here or at the end of
@@ -79,16 +85,17 @@ public:
 
     ggml_tensor * rms(ggml_tensor * x, ggml_tensor * w) const;
 
-    // ggml_mul_mat(w, x) for x whose columns are the ubatch's rows (x [K, n_rows, ...]), such that a row's result
-    // does not depend on how many rows share the ubatch: ggml's CPU backend multiplies a single column with its
-    // vec_dot kernels and two or more with llamafile's tinyBLAS, which round differently (measured on the bench
-    // preset, q8_0: logits of a decode token and of the same row in a verify pass differed by up to 1.6, and greedy
-    // draft-MTP output differed from plain decoding). So on the CPU a single row is multiplied as two equal
-    // columns and the first kept: decode rows then equal verify rows bit for bit (issue 15, batch-invariant verify).
-    // Only when asked (batch_invariant): the second column costs decode ~20% on the bench preset (q8_0, -t 2:
-    // tg128 1.10x -> 0.82x of llama.cpp), so the default keeps ggml's kernels as they are.
+    // ggml_mul_mat(w, x) for x whose columns are the ubatch's rows (x [K, n_rows, B]; w [K, M] or [K, M, B]),
+    // such that a row's result does not depend on how many rows share a small ubatch (issue 15, batch-invariant
+    // verify). ggml's CPU backend multiplies a single column with its vec_dot kernels and two or more with llamafile's
+    // tinyBLAS (ggml-cpu.c: llamafile_sgemm declines n < 2), which round differently: on the bench preset's widths
+    // (q8_0) a decode token's logits and the same row's in a verify pass differed by up to 1.6, and greedy draft-MTP
+    // output differed from plain decoding. So on the CPU a ubatch of 2..kInvariantMaxRows rows (verify passes, short
+    // prompts) is multiplied as ggml_mul_mat_id with every row routed to the one matrix (or to its batch's matrix),
+    // whose kernel is the same vec_dot per row: a decode row equals its verify row bit for bit. Measured on the bench
+    // preset (q8_0, -t 1, interleaved medians): verify passes of 2..6 rows took 0.76-0.91x the time of tinyBLAS's, and
+    // decode is untouched. Larger ubatches (prefill) keep tinyBLAS, several times faster there.
     ggml_tensor * mm(ggml_tensor * w, ggml_tensor * x) const;
-    void set_batch_invariant(bool on) { batch_invariant = on; }
 
     // mHC pre (model.md step 1): the block input [n_embd, T]; post [hc, T] and comb [hc, hc, T] for hc_post.
     ggml_tensor * hc_pre(ggml_tensor * x, ggml_tensor * fn, ggml_tensor * scale, ggml_tensor * base,
@@ -106,6 +113,8 @@ public:
 
 private:
     // Attention of rows [r0, r0 + n) of the ubatch over their gathered keys: o [head_v, 1, n_head, n].
+    // i32 [n_experts, n_cols] whose every column is 0, 1, ..., n_experts - 1 (mm's routing of rows to matrices).
+    ggml_tensor * expert_ids(int64_t n_experts, int64_t n_cols) const;
     ggml_tensor * attend_gathered(ggml_tensor * q_abs, const LayerWeights & w, ggml_tensor * latent,
                                   const Selection & sel, int64_t r0, int64_t n) const;
     ggml_tensor * conv(ggml_tensor * x, ggml_tensor * proj, ggml_tensor * kernel, ggml_tensor * conv_cache, int part,
@@ -123,7 +132,6 @@ private:
     std::optional<InputKpoolRows> & kpool_inputs;
     std::vector<KdaSnapshots> * snapshots = nullptr;
     bool cpu_kernels = true;
-    bool batch_invariant = false;
 };
 
 }  // namespace glm5next

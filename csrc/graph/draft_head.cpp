@@ -3,7 +3,7 @@
 namespace glm5next {
 
 void build_draft_graph(DraftGraph & g, ggml_context * ctx, const Model & model, const LayerWeights & w,
-                       const CacheView & cache, int64_t n_rows, int64_t saved_p0, bool batch_invariant) {
+                       const CacheView & cache, int64_t n_rows, int64_t saved_p0) {
     const HParams & hp = model.hp;
     const uint32_t il = hp.n_trunk();
     const bool shared = saved_p0 >= 0;
@@ -17,7 +17,6 @@ void build_draft_graph(DraftGraph & g, ggml_context * ctx, const Model & model, 
     g.inp_tokens.emplace(ctx, GGML_TYPE_I32, n_rows, 1, "inp_tokens");
     g.inp_row_scale.emplace(ctx, hp, n_rows);
     BlockBuilder b(ctx, g.gf, hp, g.params, n_rows, pos0, g.inp_row_scale->t, g.inp_kpool_rows);
-    b.set_batch_invariant(batch_invariant);
     b.use_cpu_kernels(on_cpu(w.eh_proj));
 
     // u = eh_proj [RMSNorm_e(E[x_{p+1}]); RMSNorm_h(h_p)], embedding half first

@@ -33,6 +33,6 @@ struct DraftGraph {
 // saved_p0 >= 0 (n_rows must be 1): the row attends exactly the selection that row saved_p0 made (index sharing).
 // `w` is the NextN layer's weights (as stored or requantized, see DraftWeights).
 void build_draft_graph(DraftGraph & g, ggml_context * ctx, const Model & model, const LayerWeights & w,
-                       const CacheView & cache, int64_t n_rows, int64_t saved_p0, bool batch_invariant = false);
+                       const CacheView & cache, int64_t n_rows, int64_t saved_p0);
 
 }  // namespace glm5next

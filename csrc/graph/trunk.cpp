@@ -3,7 +3,7 @@
 namespace glm5next {
 
 void build_trunk_graph(TrunkGraph & g, ggml_context * ctx, const Model & model, const CacheView & cache,
-                       int64_t n_tokens, bool all_logits, bool snapshots, bool batch_invariant) {
+                       int64_t n_tokens, bool all_logits, bool snapshots) {
     const HParams & hp = model.hp;
     const int64_t n_past = cache.n_past;
     g.gf = ggml_new_graph_custom(ctx, graph_size(model.hp), false);
@@ -15,7 +15,6 @@ void build_trunk_graph(TrunkGraph & g, ggml_context * ctx, const Model & model, 
     g.inp_tokens.emplace(ctx, GGML_TYPE_I32, n_tokens, 1, "inp_tokens");
     g.inp_row_scale.emplace(ctx, hp, n_tokens);
     BlockBuilder b(ctx, g.gf, hp, g.params, n_tokens, n_past, g.inp_row_scale->t, g.inp_kpool_rows);
-    b.set_batch_invariant(batch_invariant);
     g.snapshots.clear();
     if (snapshots) {
         b.keep_snapshots(&g.snapshots);

@@ -34,6 +34,6 @@ struct TrunkGraph {
 // no_alloc context with room for the graph. `all_logits` = false keeps only the last row's logits; `snapshots`
 // keeps per-row KDA snapshots (a verify pass, whose rows may be kept only in part).
 void build_trunk_graph(TrunkGraph & g, ggml_context * ctx, const Model & model, const CacheView & cache,
-                       int64_t n_tokens, bool all_logits, bool snapshots = false, bool batch_invariant = false);
+                       int64_t n_tokens, bool all_logits, bool snapshots = false);
 
 }  // namespace glm5next

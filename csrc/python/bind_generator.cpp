@@ -11,6 +11,7 @@
 
 namespace py = pybind11;
 
+using glm5next::DraftLengthPolicy;
 using glm5next::Engine;
 using glm5next::Generator;
 
@@ -55,6 +56,7 @@ py::dict stats_dict(const glm5next::SpecStats & s) {
     d["acceptance_per_position"] = per_pos;
     d["drafted_at"] = s.drafted_at;    // rounds that drafted position i
     d["accepted_at"] = s.accepted_at;  // rounds that accepted position i
+    d["rounds_at_length"] = s.rounds_at_length;  // rounds allowed k drafts, k = 0..n_max (0: none)
     d["mean_accepted_length"] = s.n_rounds ? double(s.n_accepted + s.n_rounds) / double(s.n_rounds) : 0.0;
     d["prompt_ms"] = s.prompt_ms;
     d["draft_ms"] = s.draft_ms;
@@ -69,21 +71,24 @@ void bind_generator(py::module_ & mod) {
 speculation (runtime.md, draft-MTP round). Greedy output is the same with and without speculation; sampled
 output keeps the target distribution (speculative sampling).)doc")
         .def(py::init([](Engine & engine, int n_max, int n_min, float p_min, int index_share, float synthetic_accepted,
-                         float temperature, int top_k, float top_p, float min_p, uint64_t seed, int n_probs,
-                         const std::vector<std::pair<int32_t, float>> & logit_bias) {
+                         bool adaptive, float temperature, int top_k, float top_p, float min_p, uint64_t seed,
+                         int n_probs, const std::vector<std::pair<int32_t, float>> & logit_bias) {
                  std::vector<glm5next::LogitBias> bias;
                  for (const auto & [token, b] : logit_bias) bias.push_back({token, b});
-                 return new Generator(engine, {n_max, n_min, p_min, index_share, synthetic_accepted},
+                 return new Generator(engine, {n_max, n_min, p_min, index_share, synthetic_accepted, adaptive},
                                       {temperature, top_k, top_p, min_p, seed}, n_probs, std::move(bias));
              }),
              py::arg("engine"), py::arg("n_max") = 3, py::arg("n_min") = 0, py::arg("p_min") = 0.0f,
-             py::arg("index_share") = -1, py::arg("synthetic_accepted") = -1.0f, py::arg("temperature") = 0.8f,
-             py::arg("top_k") = 40, py::arg("top_p") = 0.95f, py::arg("min_p") = 0.05f, py::arg("seed") = 0,
-             py::arg("n_probs") = -1, py::arg("logit_bias") = std::vector<std::pair<int32_t, float>>(),
-             py::keep_alive<1, 2>(),
-             "n_max: drafts per round (0 = no speculation); n_min: shorter drafts are not verified; p_min: drafting "
-             "stops below this top probability; index_share: -1 file, 0 off, 1 on; synthetic_accepted: benchmarks "
-             "only, a fixed mean number of accepted drafts per round (< 0 = off). Raises ValueError for speculation "
+             py::arg("index_share") = -1, py::arg("synthetic_accepted") = -1.0f, py::arg("adaptive") = true,
+             py::arg("temperature") = 0.8f, py::arg("top_k") = 40, py::arg("top_p") = 0.95f, py::arg("min_p") = 0.05f,
+             py::arg("seed") = 0, py::arg("n_probs") = -1,
+             py::arg("logit_bias") = std::vector<std::pair<int32_t, float>>(), py::keep_alive<1, 2>(),
+             "n_max: drafts per round (the most, when adaptive; 0 = no speculation); n_min: shorter drafts are not "
+             "verified; p_min: drafting stops below this top probability; index_share: -1 file, 0 off, 1 on; "
+             "synthetic_accepted: benchmarks only, a fixed mean number of accepted drafts per round (< 0 = off); "
+             "adaptive: each round drafts what DraftLengthPolicy chooses from measured acceptance and timings (0 when "
+             "drafting does not pay; greedy output is the same, sampled output with a fixed seed then depends on "
+             "timing), False: n_max every round. Raises ValueError for speculation "
              "without a NextN layer, n_max >= n_batch, or bad sampler settings. n_probs >= 0: "
              "report log-probabilities (probs), with the n_probs most probable tokens'; < 0: none. logit_bias: "
              "[(token id, bias)] added to the logits of every row (a token listed twice gets both; -inf bans it); "
@@ -164,5 +169,30 @@ output keeps the target distribution (speculative sampling).)doc")
         .def_property_readonly("stats", [](const Generator & g) { return stats_dict(g.stats()); },
                                "Counters since start(): prompt tokens (and of those resumed from the cache), timings (ms), speculation (n_drafts = rounds "
                                "that carried drafts, n_drafted, n_accepted, acceptance_per_position, drafted_at, "
-                               "accepted_at, mean_accepted_length = accepted drafts + 1 per round).");
+                               "accepted_at, mean_accepted_length = accepted drafts + 1 per round, rounds_at_length = rounds "
+                               "allowed k drafts for k = 0..n_max).");
+
+    py::class_<DraftLengthPolicy>(mod, "DraftLengthPolicy", R"doc(The number of drafts a draft-MTP round should carry:
+the k that maximizes expected emitted tokens per ms from the round outcomes and timings it is told
+(csrc/runtime/draft_length.h). A Generator with adaptive=True keeps one; this class is its logic alone.)doc")
+        .def(py::init<int, int>(), py::arg("n_max"), py::arg("n_min") = 0,
+             "n_max: the most drafts (ValueError when < 0); n_min: a positive choice is at least this.")
+        .def("choose", &DraftLengthPolicy::choose, py::arg("limit"),
+             "The next round's drafts in {0} + [max(1, n_min), min(limit, n_max)]; a one-draft probe every "
+             "probe_interval rounds while the best is 0.")
+        .def("observe", &DraftLengthPolicy::observe, py::arg("n_drafted"), py::arg("n_accepted"),
+             py::arg("verify_rows"), py::arg("pending_rows"), py::arg("first_ms"), py::arg("next_ms"),
+             py::arg("verify_ms"), py::arg("between_ms") = -1.0,
+             "A round's outcome: drafts, accepted drafts (a prefix), rows verified, draft-head rows step 0 wrote, "
+             "step 0 ms, later steps' ms, verify ms, the caller's ms since the last round (< 0: unknown).")
+        .def("observe_rows", &DraftLengthPolicy::observe_rows, py::arg("n_rows"), py::arg("ms"),
+             "Deferred draft-head rows written without drafting: n_rows of them in ms.")
+        .def("acceptance", &DraftLengthPolicy::acceptance, py::arg("j"),
+             "Estimated acceptance of draft j (1-based) given drafts 1..j-1 were accepted.")
+        .def("expected_tokens", &DraftLengthPolicy::expected_tokens, py::arg("k"),
+             "Expected tokens a round with k drafts emits.")
+        .def("expected_cost", &DraftLengthPolicy::expected_cost, py::arg("k"),
+             "Expected ms of a round with k drafts (in one-row verifies before any timing was told).")
+        .def_property_readonly("probe_interval", &DraftLengthPolicy::probe_interval,
+                               "Rounds without drafts between probes (doubles while drafting does not pay).");
 }

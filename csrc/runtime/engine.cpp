@@ -344,7 +344,7 @@ std::vector<KdaSnapshots> Engine::eval_ubatch(const int32_t * tokens, int64_t n,
     const HParams & hp = model_.hp;
     GraphContext gc(meta_);
     TrunkGraph g;
-    build_trunk_graph(g, gc.ctx, model_, cache_.view(), n, logits_all, snapshots, params_.batch_invariant);
+    build_trunk_graph(g, gc.ctx, model_, cache_.view(), n, logits_all, snapshots);
     alloc(g.gf);
     g.set_inputs(tokens);
     compute(g.gf);
@@ -392,7 +392,7 @@ void Engine::draft_rows(const float * hidden, const int32_t * next_tokens, int64
         GraphContext gc(meta_);
         DraftGraph g;
         build_draft_graph(g, gc.ctx, draft_model_, draft_weights_->layer(), draft_cache_->view(), m,
-                          saved_pools ? saved_p0 : -1, params_.batch_invariant);
+                          saved_pools ? saved_p0 : -1);
         alloc(g.gf);
         g.set_inputs(hidden + row0 * hp.n_embd, next_tokens + row0, saved_pools);
         compute(g.gf);

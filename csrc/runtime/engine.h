@@ -25,7 +25,6 @@ struct EngineParams {
     ggml_type draft_type = GGML_TYPE_COUNT;  // the draft layer as stored, or requantized (q8_0 / q4_0)
     uint32_t n_checkpoints = 32;      // context checkpoints kept (llama-server's --ctx-checkpoints); 0 = none
     uint32_t checkpoint_every = 8192; // while prefilling, a checkpoint at every multiple of this row (llama.cpp's 8192)
-    bool batch_invariant = false;     // a row's logits do not depend on its ubatch's size (BlockBuilder::mm; costs decode)
 };
 
 // Memory one device holds for this engine (bytes), as llama.cpp's load report gives it.

@@ -9,6 +9,10 @@ namespace glm5next {
 
 namespace {
 
+// Draft-head rows deferred by rounds without drafts are written together once this many wait (a batch of rows
+// costs far less per row than one row: the draft head's weights are read once per batch).
+constexpr size_t kDeferredRows = 64;
+
 double ms_since(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -34,6 +38,7 @@ Generator::Generator(Engine & engine, const SpecParams & spec, const SamplerPara
     if (spec_.n_max > 0) {
         const bool share = spec_.index_share < 0 ? engine.index_share_mtp() : spec_.index_share > 0;
         chain_ = std::make_unique<DraftChain>(engine, share);
+        if (spec_.adaptive) policy_ = std::make_unique<DraftLengthPolicy>(spec_.n_max, spec_.n_min);
     }
 }
 
@@ -53,6 +58,8 @@ int32_t Generator::start(const std::vector<int32_t> & prompt, bool cache_prompt,
     stats_ = SpecStats();
     stats_.drafted_at.assign(spec_.n_max, 0);
     stats_.accepted_at.assign(spec_.n_max, 0);
+    stats_.rounds_at_length.assign(spec_.n_max + 1, 0);
+    round_end_ = {};
     stats_.n_prompt = (int64_t) prompt.size();
     const auto t0 = std::chrono::steady_clock::now();
     std::vector<float> h_before;  // the post-norm hidden state of the row before the first one evaluated
@@ -143,16 +150,30 @@ int64_t Generator::begin_draft(int64_t max_tokens) {
     draft_.tokens.clear();
     draft_limit_ = 0;
     draft_stopped_ = false;
+    chain_began_ = false;
+    first_ms_ = next_ms_ = 0;
+    between_ms_ = round_end_ == std::chrono::steady_clock::time_point{} ? -1.0 : ms_since(round_end_);
     if (chain_) {  // step 0 is the row (h_{P-1}, next); the pending rows before it are written with it
         pending_h_.insert(pending_h_.end(), h_last_.begin(), h_last_.end());
         pending_x_.push_back(next_);
         // no draft past the context or past what the request may still produce (the round emits drafts + 1)
         draft_limit_ = std::min<int64_t>({spec_.n_max, room() - 1, std::max<int64_t>(0, max_tokens - 1)});
+        if (policy_) draft_limit_ = policy_->choose((int) draft_limit_);
         if ((int64_t) draft_.q.size() < draft_limit_) draft_.q.resize(draft_limit_);
         const auto t0 = std::chrono::steady_clock::now();
-        chain_out_ = &chain_->begin(pending_h_.data(), pending_x_.data(), (int64_t) pending_x_.size(), pending_pos_);
+        if (draft_limit_ > 0) {
+            began_rows_ = (int64_t) pending_x_.size();
+            chain_out_ = &chain_->begin(pending_h_.data(), pending_x_.data(), began_rows_, pending_pos_);
+            chain_began_ = true;
+            first_ms_ = ms_since(t0);
+        } else if (pending_x_.size() >= kDeferredRows) {  // no drafts: the row waits, unless enough wait already
+            const int64_t n = (int64_t) pending_x_.size();
+            write_pending_rows();
+            if (policy_) policy_->observe_rows(n, ms_since(t0));
+        }
         stats_.draft_ms += ms_since(t0);
     }
+    ++stats_.rounds_at_length[draft_limit_];
     drafted_ = true;
     return draft_limit_;
 }
@@ -179,7 +200,9 @@ int32_t Generator::draft_next(const uint32_t * mask) {
         token = sampler_.sample_from(draft_.q[k]);
     }
     if (token >= 0) draft_.tokens.push_back(token);
-    stats_.draft_ms += ms_since(t0);
+    const double ms = ms_since(t0);
+    (k == 0 ? first_ms_ : next_ms_) += ms;
+    stats_.draft_ms += ms;
     return token;
 }
 
@@ -201,7 +224,8 @@ std::vector<int32_t> Generator::verify(int64_t n_keep, const uint32_t * masks) {
     engine_.verify(batch, verify_out_);
     const std::vector<int32_t> emitted = accept(constrained(verify_out_.logits.data(), n_keep + 1, masks), n_keep);
     engine_.commit((int64_t) emitted.size());
-    stats_.verify_ms += ms_since(t0);
+    const double verify_ms = ms_since(t0);
+    stats_.verify_ms += verify_ms;
     probs_.clear();
     if (n_probs_ >= 0) {  // emitted token i came from verify row i (accepted draft, correction or bonus)
         const int64_t n_vocab = engine_.n_vocab();
@@ -211,7 +235,9 @@ std::vector<int32_t> Generator::verify(int64_t n_keep, const uint32_t * masks) {
     }
 
     count(emitted);
+    observe_round(n_keep, emitted, verify_ms);
     carry(emitted, P);
+    round_end_ = std::chrono::steady_clock::now();
     return emitted;
 }
 
@@ -259,11 +285,18 @@ void Generator::count(const std::vector<int32_t> & emitted) {
     for (int64_t i = 0; i < n_acc; ++i) ++stats_.accepted_at[i];
 }
 
+void Generator::observe_round(int64_t n_keep, const std::vector<int32_t> & emitted, double verify_ms) {
+    if (!policy_) return;
+    const int n_drafted = (int) draft_.tokens.size();
+    policy_->observe(n_drafted, n_drafted ? (int) emitted.size() - 1 : 0, (int) n_keep + 1, began_rows_, first_ms_,
+                     next_ms_, verify_ms, between_ms_);
+}
+
 void Generator::carry(const std::vector<int32_t> & emitted, int64_t P) {
     const int64_t n_embd = engine_.n_embd();
     const int64_t n_acc = (int64_t) emitted.size() - 1;
     const EvalOutput & v = verify_out_;
-    if (chain_) {
+    if (chain_began_) {  // (without step 0 this round, nothing was accepted and the pending rows still wait)
         // The accepted rows' draft rows are rewritten from the trunk's hidden states (row P+i pairs verify row i
         // with x_{P+i+1}); the provisional rows after them are dropped.
         pending_pos_ = P;

@@ -12,12 +12,14 @@
 // drafts the grammar allows, which accepts fewer: an unmasked draft head often proposes what the grammar refuses).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <vector>
 
 #include <memory>
 
 #include "runtime/draft_chain.h"
+#include "runtime/draft_length.h"
 #include "runtime/engine.h"
 #include "runtime/sampling.h"
 #include "runtime/token_probs.h"
@@ -25,13 +27,18 @@
 namespace glm5next {
 
 struct SpecParams {
-    int n_max = 3;           // drafts per round; 0 = no speculation
+    int n_max = 3;           // drafts per round (the most, when adaptive); 0 = no speculation
     int n_min = 0;           // a draft shorter than this is not verified
     float p_min = 0.0f;      // stop drafting when the draft's top probability is below this
     int index_share = -1;    // -1: the file's index_share_for_mtp_iteration; 0 off; 1 on
     // Benchmarks only: accept a fixed mean number of drafts per round (mean accepted length - 1), whatever the
     // target says. The text is then meaningless; the speed is that of a model with this acceptance.
     float synthetic_accepted = -1.0f;
+    // true: each round drafts the number DraftLengthPolicy chooses from this generation's measured acceptance and
+    // timings (0 when drafting does not pay), at most n_max; false: n_max every round. Greedy output is the same
+    // either way; sampled output with a fixed seed depends on the draft lengths, so adaptive makes it depend on
+    // timing: false reproduces it.
+    bool adaptive = true;
 };
 
 struct SpecStats {
@@ -40,6 +47,7 @@ struct SpecStats {
     int64_t n_rounds = 0;                      // verify passes that carried drafts
     int64_t n_drafted = 0, n_accepted = 0;
     std::vector<int64_t> drafted_at, accepted_at;  // per draft position (0 = first draft of a round)
+    std::vector<int64_t> rounds_at_length;         // [n_max + 1]: rounds by the drafts they were allowed (0: none)
     double prompt_ms = 0, draft_ms = 0, verify_ms = 0;
 };
 
@@ -63,8 +71,9 @@ public:
     // mask: [mask_words(n_vocab)] token bitmask for the first token (sampling.h), or null.
     int32_t start(const std::vector<int32_t> & prompt, bool cache_prompt = false, const uint32_t * mask = nullptr);
 
-    // One round: evaluates the last token (with up to n_max drafts when speculating, fewer when the context or
-    // `max_tokens`, the tokens the caller may still use, leaves less room) and returns the tokens it emits: the
+    // One round: evaluates the last token (with up to n_max drafts when speculating: as many as the draft length
+    // policy chooses when adaptive, fewer when the context or `max_tokens`, the tokens the caller may still use,
+    // leaves less room) and returns the tokens it emits: the
     // accepted drafts, then the target's own token (at most max_tokens of them). Throws std::invalid_argument
     // without start() or when the context is full (room() == 0).
     std::vector<int32_t> step(int64_t max_tokens = INT64_MAX);
@@ -74,12 +83,13 @@ public:
     // std::invalid_argument as step(), or when the last drafts were not verified.
     const std::vector<int32_t> & draft(int64_t max_tokens = INT64_MAX);
 
-    // The same first half step by step: begin_draft() writes the pending draft rows and runs step 0, and returns
-    // how many drafts this round may have (0 without speculation); each draft_next() then drafts one token from the
-    // current step with `mask` ([mask_words(n_vocab)] or null) applied to its logits, or returns -1 once drafting
-    // stopped (the limit, or p_min, judged on the masked logits). A draft sampled under the grammar's mask is one
-    // the grammar allows, so a constrained round keeps its drafts. verify() must follow. Throws as draft(); draft_next
-    // without begin_draft() throws std::invalid_argument.
+    // The same first half step by step: begin_draft() chooses how many drafts this round may have (0 without
+    // speculation, or when the policy finds that drafting does not pay), writes the pending draft rows and runs
+    // step 0 when it is more than 0 (else the rows wait, written together later), and returns it; each draft_next()
+    // then drafts one token from the current step with `mask` ([mask_words(n_vocab)] or null) applied to its
+    // logits, or returns -1 once drafting stopped (the limit, or p_min, judged on the masked logits). A draft
+    // sampled under the grammar's mask is one the grammar allows, so a constrained round keeps its drafts. verify()
+    // must follow. Throws as draft(); draft_next without begin_draft() throws std::invalid_argument.
     int64_t begin_draft(int64_t max_tokens = INT64_MAX);
     int32_t draft_next(const uint32_t * mask = nullptr);
 
@@ -126,6 +136,8 @@ private:
     void write_pending_rows();
     // The round's counters (stats_), once `emitted` is committed.
     void count(const std::vector<int32_t> & emitted);
+    // The round's outcome and timings, for the draft length policy (n_keep drafts verified, verify_ms).
+    void observe_round(int64_t n_keep, const std::vector<int32_t> & emitted, double verify_ms);
     // What the next round starts from: the draft-head rows it writes (the kept rows' trunk states, from trunk row
     // P), the last hidden state and the token to evaluate next.
     void carry(const std::vector<int32_t> & emitted, int64_t P);
@@ -152,6 +164,13 @@ private:
     std::vector<float> pending_h_;
     std::vector<int32_t> pending_x_;
     int64_t pending_pos_ = 0;
+    // Adaptive draft lengths (spec_.adaptive with a draft head): told every round's outcome and timings
+    // (observe_round), asked each round's length (begin_draft).
+    std::unique_ptr<DraftLengthPolicy> policy_;
+    bool chain_began_ = false;   // this round ran step 0 (the pending draft-head rows were written)
+    int64_t began_rows_ = 0;     // the draft-head rows step 0 wrote
+    double first_ms_ = 0, next_ms_ = 0, between_ms_ = -1;  // this round's step 0, later steps, time before it
+    std::chrono::steady_clock::time_point round_end_{};    // when the last round's verify() returned
     Draft draft_;           // this round's drafts (reused)
     std::vector<float> p_;  // the target distribution of a row (reused)
     // Engine outputs, reused round after round: no per-round allocation of [rows, n_vocab] logits.

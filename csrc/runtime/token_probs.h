@@ -1,8 +1,8 @@
 // The target model's log-probabilities of a generated token (OpenAI's logprobs / top_logprobs, llama-server's
 // n_probs): log softmax of the raw logits row that produced it, before the sampler's filters and temperature, as
 // OpenAI and llama-server report them. With draft-MTP the row is the verify pass's row of that position, so the
-// figures are those of plain decoding (bit for bit where the verify row equals the decode row: f32, or
-// --batch-invariant).
+// figures are those of plain decoding (bit for bit on the CPU, where a verify row equals its decode row:
+// graph/blocks.h, BlockBuilder::mm).
 #pragma once
 
 #include <cstdint>

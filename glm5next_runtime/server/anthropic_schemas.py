@@ -8,9 +8,10 @@ Tool use (`tools`, `tool_choice`, tool_use and tool_result blocks) is anthropic_
 tool_result blocks become tool messages and its text blocks user messages, in the blocks' order (llama-server puts
 the text first).
 
-Strict types and unknown fields ignored, as schemas.py. Stricter than llama-server where it guesses: max_tokens is
-required (llama-server: 4096 when absent), messages must not be empty, and a block this server cannot read
-(image, document, ...) is a 400 naming it rather than dropped.
+Strict types and unknown fields ignored, as schemas.py. No messages is a prompt of the template's generation prompt
+alone, as llama-server answers it. Stricter than llama-server where it guesses: max_tokens is required
+(llama-server: 4096 when absent), and a block this server cannot read (image, document, ...) is a 400 naming it
+rather than dropped (llama-server: a 500, "image input is not supported" without a projector).
 
 Claude Code starts its system prompt with "x-anthropic-billing-header: ...; cch=XXXXX;", a stamp that changes on
 every request; as llama-server does, the stamp is written as fffff so that the prompt cache gets past it.
@@ -47,7 +48,7 @@ class CountTokensRequest(BaseModel):
     """POST /v1/messages/count_tokens: the conversation of a Messages request."""
     model_config = STRICT
     model: str | None = Field(None, description="any name: echoed in the response (llama-server with one model)")
-    messages: list[AnthropicMessage] = Field(min_length=1)
+    messages: list[AnthropicMessage]
     system: str | list[Block] | None = None
     thinking: Thinking | None = None
     chat_template_kwargs: dict[str, Any] | None = Field(None, description="llama-server's: extra template "

@@ -17,6 +17,7 @@ prompt is the client's whole prompt and keeps llama-server's meaning (control to
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import threading
 import time
@@ -40,25 +41,29 @@ from ..user_text import ControlTokenGuard
 from .anthropic import create_anthropic_router
 from .auth import APIKeyMiddleware
 from .body_limit import BodyLimitMiddleware
+from .choices import choice_bodies, merge_choices
 from .config import ServerConfig
 from .cors import CORSMiddleware
 from .disconnect import ClientGone, DisconnectWatch
 from .errors import INTERNAL, APIError, install_error_handlers, invalid_body, prompt_error
 from .logprobs import TokenPieces
 from .metrics import ServerMetrics
-from .native import RequestPath, create_native_router
+from .native import RequestPath, create_native_router, token_text
+from .native_replies import NativeCompletionReply
 from .openai_responses import create_responses_router
 from .prefill import split_prefill
 from .responses import ChatReply, CompletionReply, Reply
 from .schemas import ChatRequest, CompletionRequest, GenerationRequest
 from .slot_files import create_slot_router
 from .slot_tasks import SlotTasks, task_params
+from .sleep import IdleSleep, SleepMiddleware
 from .slots import SlotPool, SlotsClosed
 from .stopping import ShuttingDown, Stopping
 from .structured import structured_kwargs
 from .templates import RenderedTooLong
 from .tool_prompt import renders_tools, tool_messages
 from .tool_replies import ToolCalls
+from .vertex import add_vertex_routes
 
 log = logging.getLogger("glm5next.server")
 Body = TypeVar("Body", bound=BaseModel)
@@ -87,14 +92,21 @@ def create_app(pool: SlotPool, config: ServerConfig) -> FastAPI:
     """The FastAPI app serving `pool` (see the module docstring)."""
     stopping = Stopping(pool, config.grace_s)
 
+    sleep = IdleSleep(pool.models, config.sleep_idle_s) if config.sleep_idle_s else None
+
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         stopping.watch_signals()
+        watcher = asyncio.create_task(sleep.run()) if sleep is not None else None
         yield
+        if watcher is not None:
+            watcher.cancel()
         stopping.begin()
 
     app = FastAPI(title="glm5next-server", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
     install_error_handlers(app)
+    if sleep is not None:  # added first, so it runs last: what is turned away before a route does not wake it
+        app.add_middleware(SleepMiddleware, sleep=sleep)
     app.add_middleware(BodyLimitMiddleware, limit=config.max_body_bytes)
     if config.api_key:  # added late, so it runs early: a request without the key learns nothing
         app.add_middleware(APIKeyMiddleware, api_key=config.api_key)
@@ -135,12 +147,10 @@ def create_app(pool: SlotPool, config: ServerConfig) -> FastAPI:
     @router.post("/v1/completions")  # /completions (no /v1) is llama-server's native completion: native.py
     async def completions(request: Request) -> Response:
         body = await read_body(request, CompletionRequest)
-        if isinstance(body.prompt, str):
-            ids = await in_thread(tokenize_completion, body.prompt)
-        else:
-            ids = list(body.prompt)
-        reply = CompletionReply(body.model or config.model_name, pieces, body.include_usage())
-        return await generate(request, body, ids, reply, "completions")
+        prompts = [await in_thread(tokenize_completion, p) if isinstance(p, str) else list(p) for p in body.prompts()]
+        return await generate_all(request, body, prompts, lambda _i: CompletionReply(
+            body.model or config.model_name, pieces, body.include_usage()), "completions",
+            partial(merge_choices, per_prompt=body.choices()))
 
     @router.post("/v1/chat/completions")
     @router.post("/chat/completions")
@@ -151,10 +161,10 @@ def create_app(pool: SlotPool, config: ServerConfig) -> FastAPI:
             raise APIError(400, f"{field}: the prompt opens a think block, which the grammar would not let the model "
                            "close; leave chat_template_kwargs.enable_thinking out (a grammar turns thinking off)")
         tools = body.active_tools()
-        reply = ChatReply(body.model or config.model_name, pieces,
-                          body.splits_reasoning() and opens_think_block(prompt), body.include_usage(),
-                          ToolCalls(string_parameters(tools), body.parallel_tool_calls) if tools else None)
-        return await generate(request, body, ids, reply, "chat_completions")
+        return await generate_all(request, body, [ids], lambda _i: ChatReply(
+            body.model or config.model_name, pieces, body.splits_reasoning() and opens_think_block(prompt),
+            body.include_usage(), ToolCalls(string_parameters(tools), body.parallel_tool_calls) if tools else None),
+            "chat_completions", partial(merge_choices, per_prompt=body.choices()))
 
     @router.post("/v1/chat/completions/input_tokens")
     @router.post("/chat/completions/input_tokens")
@@ -203,6 +213,14 @@ def create_app(pool: SlotPool, config: ServerConfig) -> FastAPI:
         check_text(prompt)
         return prompt, guard.encode(prompt, add_special=True, max_tokens=max_prompt_tokens)
 
+    def native_reply(body: GenerationRequest, ids: list[int], return_tokens: bool = False,
+                     timings_per_token: bool = False) -> NativeCompletionReply:
+        # the native /completion's reply to a generation of `body` from `ids`
+        stops = [body.stop] if isinstance(body.stop, str) else list(body.stop or [])
+        return NativeCompletionReply(body.model or config.model_name, token_text(first.tokenizer, ids), first.n_ctx,
+                                     stops, lambda t: token_text(first.tokenizer, t, config.special), return_tokens,
+                                     timings_per_token, pieces)
+
     def check_text(text: str) -> None:
         try:
             check_prompt_text(text, first.n_ctx, token_bytes, room=1)
@@ -218,6 +236,25 @@ def create_app(pool: SlotPool, config: ServerConfig) -> FastAPI:
                     top_k=body.top_k, top_p=body.top_p, min_p=body.min_p, seed=seed, stop=body.stop,
                     spec_n_max=n_max, cache_prompt=body.cache_prompt, special=config.special,
                     logprobs=body.top_probs(), **structured_kwargs(body, first.tokenizer))
+
+    async def generate_all(request: Request, body: GenerationRequest, prompts: list[list[int]],
+                           make_reply: Callable[[int], Reply], endpoint: str,
+                           combine: Callable[[list[dict[str, Any]]], Any]) -> Response:
+        # body.choices() generations per prompt (choices.py), one after another; make_reply(prompt index) answers
+        # one generation, combine their bodies when there are several. A failed one answers the request.
+        runs = [(b, ids, i) for i, ids in enumerate(prompts) for b in choice_bodies(body, config.default_seed)]
+        if len(runs) == 1:
+            return await generate(request, body, prompts[0], make_reply(0), endpoint)
+        if body.stream:
+            raise APIError(400, "stream: several choices (n) or prompts in one request are not streamed yet; send "
+                                "stream false, or one request per choice")
+        bodies = []
+        for run_body, ids, i in runs:
+            response = await generate(request, run_body, ids, make_reply(i), endpoint)
+            if response.status_code != 200:
+                return response
+            bodies.append(json.loads(response.body))
+        return JSONResponse(combine(bodies))
 
     async def generate(request: Request, body: GenerationRequest, ids: list[int], reply: Reply,
                        endpoint: str) -> Response:
@@ -258,8 +295,14 @@ def create_app(pool: SlotPool, config: ServerConfig) -> FastAPI:
                 raise APIError(400, str(e)) from None
             raise
         limit = body.token_limit()
-        params = task_params(kwargs, -1 if limit is None else limit, body.stream, model.spec)
-        reply.bind(tasks.begin(pool.models.index(model), params, len(ids), stream))
+        params = task_params(kwargs, -1 if limit is None else limit, body.stream, model.spec, body.ignore_eos)
+        task = tasks.begin(pool.models.index(model), params, len(ids), stream)
+        reply.bind(task)
+        # llama-server's __verbose: an OpenAI-shaped body that is not streamed carries the native one
+        verbose = native_reply(body, ids) if body.verbose and isinstance(reply, (ChatReply, CompletionReply)) \
+            else None
+        if verbose is not None:
+            verbose.bind(task)
         if body.stream:
             return EventStream(stream_events(stream, reply, endpoint), partial(pool.release, model))
         try:
@@ -271,7 +314,10 @@ def create_app(pool: SlotPool, config: ServerConfig) -> FastAPI:
                 raise ClientGone()
             raise ShuttingDown(": the generation was stopped")
         metrics.observe(endpoint, result.metrics)
-        return JSONResponse(reply.whole(result))
+        out = reply.whole(result)
+        if verbose is not None:
+            out["__verbose"] = verbose.whole(result)
+        return JSONResponse(out)
 
     async def stream_events(stream: GenerationStream, reply: Reply, endpoint: str) -> AsyncIterator[str]:
         try:
@@ -300,10 +346,13 @@ def create_app(pool: SlotPool, config: ServerConfig) -> FastAPI:
 
     app.include_router(router)
     app.include_router(create_slot_router(pool, config.slot_save_dir))
-    path = RequestPath(read_body, tokenize_completion, chat_prompt, generate, render_chat)
-    app.include_router(create_native_router(pool, config, tasks, path))
+    path = RequestPath(read_body, tokenize_completion, chat_prompt, generate, render_chat, generate_all, native_reply)
+    app.include_router(create_native_router(pool, config, tasks, path,
+                                            lambda: sleep is not None and sleep.sleeping))
     app.include_router(create_anthropic_router(config, path, first.tokenizer))
     app.include_router(create_responses_router(config, path))
+    if config.vertex is not None:  # last: its aliases are the routes above
+        add_vertex_routes(app, config.vertex)
     return app
 
 

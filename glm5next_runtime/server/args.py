@@ -111,6 +111,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         help=f"RAM prompt cache shared by the slots: sequences a request overwrites are kept in host "
                         f"memory, and a later prompt sharing more with one of them than with its slot resumes from "
                         f"it, least recently used dropped first ({DEFAULT_CACHE_RAM_MIB} MiB; -1: no limit, 0: off)")
+    server.add_argument("--sleep-idle-seconds", type=int, default=-1, metavar="SECONDS",
+                        help="after this many seconds without a request, free the model (weights and slots) and load "
+                        "it again for the next request (-1: never, the default)")
     server.add_argument("--slot-save-path", metavar="DIR", help="directory for POST /slots/{id}?action=save|restore "
                         "(created if missing; without it the slot actions answer 501)")
     args = p.parse_args(argv)
@@ -127,6 +130,8 @@ def problems(args: argparse.Namespace) -> list[str]:
                    "llama-server takes it")
     if args.cache_ram < -1:
         out.append(f"--cache-ram {args.cache_ram}: must be >= -1 (-1: no limit, 0: off)")
+    if args.sleep_idle_seconds == 0 or args.sleep_idle_seconds < -1:
+        out.append(f"--sleep-idle-seconds {args.sleep_idle_seconds}: cannot be 0 or less than -1 (-1: never)")
     if args.parallel < 1:
         out.append(f"-np/--parallel {args.parallel}: must be >= 1")
     elif args.ctx_size >= 1 and slot_ctx(args) < 1:

@@ -11,6 +11,7 @@ from .prompt_cache import PromptCache
 from .request_defaults import RequestDefaults
 from .stopping import GRACE_S
 from .templates import TemplateWorkers
+from .vertex import VertexSettings
 
 
 @dataclass
@@ -33,6 +34,8 @@ class ServerConfig:
     metrics, slots_endpoint, props_endpoint: GET /metrics (--metrics), GET /slots (--no-slots turns it off) and
         POST /props (--props) are served; otherwise they answer 501, as in llama-server.
     cors: --cors-origins, --cors-methods, --cors-headers, --cors-credentials (cors.py).
+    sleep_idle_s: --sleep-idle-seconds: free the model after this many idle seconds (sleep.py; None: never).
+    vertex: Vertex AI's predict route (AIP_MODE=PREDICTION, vertex.py; None: off).
     """
     model_name: str
     chat_template: TemplateWorkers | None = None
@@ -50,3 +53,5 @@ class ServerConfig:
     slots_endpoint: bool = True
     props_endpoint: bool = False
     cors: CORSPolicy = CORSPolicy()
+    sleep_idle_s: float | None = None
+    vertex: VertexSettings | None = None

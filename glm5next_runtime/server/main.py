@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import socket
 import sys
 from collections.abc import Sequence
@@ -31,6 +32,7 @@ from .request_defaults import RequestDefaults
 from .slots import SlotPool
 from .stopping import GRACE_S
 from .templates import TemplateLimits, TemplateWorkers
+from .vertex import VertexSettings
 
 log = logging.getLogger("glm5next.server")
 MAX_TEMPLATE_WORKERS = 4  # renders take milliseconds: more slots need no more workers
@@ -89,6 +91,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(levelname)s:     %(message)s")  # uvicorn's look
     try:
+        vertex = VertexSettings.from_env(os.environ)  # Vertex AI's container variables (vertex.py)
+        if vertex is not None and vertex.port != args.port:
+            log.warning("AIP_HTTP_PORT %d replaces --port %d (Vertex AI's AIP_MODE=PREDICTION)", vertex.port,
+                        args.port)
+            args.port = vertex.port
         slot_save_dir(args.slot_save_path)  # before loading: a directory that cannot be made fails at once
         models = load_slots(args)
         template = chat_template(models[0], args, workers=min(args.parallel, MAX_TEMPLATE_WORKERS))
@@ -96,8 +103,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 1
     try:
-        serve(args, models, template)
-    except OSError as e:  # an address of several --host ones that cannot be bound
+        serve(args, models, template, vertex)
+    except (OSError, ValueError) as e:  # an address of several --host ones that cannot be bound, AIP_PREDICT_ROUTE
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 1
     finally:
@@ -105,9 +112,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def serve(args: argparse.Namespace, models: list[Model], template: TemplateWorkers) -> None:
-    """Serve the slot models with uvicorn until a signal stops the server. Raises OSError naming an address of
-    several --host ones that cannot be bound."""
+def serve(args: argparse.Namespace, models: list[Model], template: TemplateWorkers,
+          vertex: VertexSettings | None = None) -> None:
+    """Serve the slot models with uvicorn until a signal stops the server (with Vertex AI's routes when `vertex`).
+    Raises OSError naming an address of several --host ones that cannot be bound, ValueError naming an
+    AIP_PREDICT_ROUTE that is a path of this server."""
     for line in describe_model(models[0], args):
         log.info("%s", line)
     names = sorted(args.alias) or [Path(args.model).name]  # llama-server keeps its aliases in a sorted set
@@ -119,7 +128,9 @@ def serve(args: argparse.Namespace, models: list[Model], template: TemplateWorke
                           prompt_cache=prompt_cache(args.cache_ram), slot_save_dir=slot_save_dir(args.slot_save_path),
                           metrics=args.metrics, slots_endpoint=args.slots, props_endpoint=args.props,
                           cors=CORSPolicy(args.cors_origins, args.cors_methods, args.cors_headers,
-                                          args.cors_credentials))
+                                          args.cors_credentials),
+                          sleep_idle_s=args.sleep_idle_seconds if args.sleep_idle_seconds > 0 else None,
+                          vertex=vertex)
     app = create_app(SlotPool(models), config)
     log.info("%d slot(s), n_ctx %d each%s; requests up to %d MiB; listening on %s", args.parallel, models[0].n_ctx,
              " (--kv-unified: -c for every slot)" if args.kv_unified else "", args.max_body_mib,

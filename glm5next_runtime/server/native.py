@@ -25,9 +25,9 @@ from ..tokenizer import Tokenizer
 from ..user_text import MARK
 from .build_info import BUILD_INFO
 from .chat_bridge import as_chat
+from .choices import native_list
 from .config import ServerConfig
 from .errors import APIError
-from .logprobs import TokenPieces
 from .native_replies import NativeCompletionReply
 from .native_schemas import DetokenizeRequest, MixedPrompt, NativeCompletionRequest, TokenizeRequest
 from .request_defaults import RequestDefaults
@@ -46,6 +46,12 @@ class RequestPath(NamedTuple):
     chat_prompt: Callable[[ChatRequest], str]  # the chat template's prompt (raises APIError)
     generate: Callable[[Request, GenerationRequest, list[int], Reply, str], Awaitable[Response]]
     render_chat: Callable[[ChatRequest], tuple[str, list[int]]]  # the chat prompt and its ids, size-checked
+    # generate for each prompt its choices (choices.py): (request, body, prompts' ids, prompt index -> reply,
+    # endpoint, the generations' bodies -> the response's)
+    generate_all: Callable[[Request, GenerationRequest, list[list[int]], Callable[[int], Reply], str,
+                            Callable[[list[dict[str, Any]]], Any]], Awaitable[Response]]
+    # the native completion's reply: (body, prompt ids, return_tokens, timings_per_token)
+    native_reply: Callable[[GenerationRequest, list[int], bool, bool], NativeCompletionReply]
 
     async def bridged_chat(self, request: Request, cls: type[BaseModel],
                            sampling: RequestDefaults) -> tuple[Any, ChatRequest, str, list[int]]:
@@ -87,12 +93,13 @@ def tokenize_mixed(tokenizer: Tokenizer, prompt: MixedPrompt, add_special: bool,
     return ids
 
 
-def create_native_router(pool: SlotPool, config: ServerConfig, tasks: SlotTasks, path: RequestPath) -> APIRouter:
-    """The native routes (module docstring) of the server of `pool`."""
+def create_native_router(pool: SlotPool, config: ServerConfig, tasks: SlotTasks, path: RequestPath,
+                         sleeping: Callable[[], bool]) -> APIRouter:
+    """The native routes (module docstring) of the server of `pool`; sleeping: whether the model is unloaded now
+    (sleep.py), /props' is_sleeping."""
     router = APIRouter()
     first = pool.models[0]
     tokenizer = first.tokenizer
-    pieces = TokenPieces(tokenizer, config.special)  # tokens as completion_probabilities show them
 
     @router.post("/tokenize")
     async def tokenize(request: Request) -> dict[str, Any]:
@@ -134,7 +141,7 @@ def create_native_router(pool: SlotPool, config: ServerConfig, tasks: SlotTasks,
             "chat_template": config.chat_template.source if config.chat_template is not None else "",
             **{f"{name}_token": token_text(tokenizer, [special[name]]) if name in special else ""
                for name in ("bos", "eos")},
-            "build_info": BUILD_INFO, "is_sleeping": False,
+            "build_info": BUILD_INFO, "is_sleeping": sleeping(),
         }
 
     @router.post("/props")
@@ -159,19 +166,13 @@ def create_native_router(pool: SlotPool, config: ServerConfig, tasks: SlotTasks,
     @router.post("/completions")
     async def completion(request: Request) -> Response:
         body: NativeCompletionRequest = await path.read_body(request, NativeCompletionRequest)
-        if body.several_prompts():
-            raise APIError(400, "prompt: several prompts in one request are not supported; send one request per "
-                                "prompt")
         try:
-            prompt = body.one_prompt()
+            prompts = body.prompts()
         except ValueError as e:
             raise APIError(400, str(e)) from None
-        ids = await in_thread(prompt_ids, prompt)
-        stops = [body.stop] if isinstance(body.stop, str) else list(body.stop or [])
-        reply = NativeCompletionReply(body.model or config.model_name, await in_thread(token_text, tokenizer, ids),
-                                      first.n_ctx, stops, lambda t: token_text(tokenizer, t, config.special),
-                                      body.return_tokens, body.timings_per_token, pieces)
-        return await path.generate(request, body, ids, reply, "completion")
+        ids = [await in_thread(prompt_ids, prompt) for prompt in prompts]
+        return await path.generate_all(request, body, ids, lambda i: path.native_reply(
+            body, ids[i], body.return_tokens, body.timings_per_token), "completion", native_list)
 
     def prompt_ids(prompt: MixedPrompt) -> list[int]:
         # llama-server's completion prompt: add_special, control tokens parsed (the client's own markup)

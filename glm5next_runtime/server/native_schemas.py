@@ -9,8 +9,8 @@ from pydantic import BaseModel, Field
 from .schemas import STRICT, GenerationRequest
 
 TokenId = Annotated[int, Field(ge=0)]
-# llama-server's prompt shapes: text, token ids, or both mixed in one list; a list of such lists (or of several
-# texts) is several prompts
+# llama-server's prompt shapes: text, token ids, or both mixed in one list (NativeCompletionRequest.prompts: a list
+# of prompts)
 MixedPrompt = str | list[TokenId | str]
 
 
@@ -40,23 +40,29 @@ class ObjectPrompt(BaseModel):
 class NativeCompletionRequest(GenerationRequest):
     """POST /completion: llama-server's native completion, with its fields besides the shared ones (the token limit
     is n_predict, -1 for none)."""
-    prompt: MixedPrompt | ObjectPrompt | list[list[Any] | str] = Field(
-        description="one prompt: text, token ids, a list mixing both, or {\"prompt_string\": text} (the last shape "
-        "is several prompts: refused)")
+    prompt: MixedPrompt | ObjectPrompt | list[TokenId | str | list[TokenId | str] | ObjectPrompt] = Field(
+        description="text, token ids, a list mixing both, or {\"prompt_string\": text}; a list of such prompts "
+        "(one without token ids at its top) is several prompts")
     return_tokens: bool = Field(False, description="the generated ids in `tokens`")
     timings_per_token: bool = Field(False, description="stream chunks carry the generation's timings so far")
 
-    def several_prompts(self) -> bool:
-        """Whether `prompt` is llama-server's several-prompts shape (a list of lists, or of more than one text)."""
-        if isinstance(self.prompt, (str, ObjectPrompt)):
-            return False
-        return any(isinstance(p, list) for p in self.prompt) or (
-            len(self.prompt) > 1 and all(isinstance(p, str) for p in self.prompt))
+    def prompts(self) -> list[MixedPrompt]:
+        """The prompts as text or ids (an object's prompt_string), as llama-server's tokenize_input_prompts reads
+        them: a list with a token id at its top is one prompt (ids and texts mixed), any other list one prompt per
+        item. Raises ValueError for media (a text-only model), a list nested in a prompt, or no prompt."""
+        one = isinstance(self.prompt, (str, ObjectPrompt)) or any(isinstance(p, int) for p in self.prompt)
+        items = [self.prompt] if one else list(self.prompt)
+        if not items:
+            raise ValueError("prompt: must not be empty")
+        return [_one_prompt(p, "prompt" if one else f"prompt.{i}") for i, p in enumerate(items)]
 
-    def one_prompt(self) -> MixedPrompt:
-        """The prompt as text or ids (an object's prompt_string). Raises ValueError for media (a text-only model)."""
-        if isinstance(self.prompt, ObjectPrompt):
-            if self.prompt.multimodal_data:
-                raise ValueError("prompt.multimodal_data: not supported: the model takes text only")
-            return self.prompt.prompt_string
-        return self.prompt
+
+def _one_prompt(prompt: Any, where: str) -> MixedPrompt:
+    if isinstance(prompt, ObjectPrompt):
+        if prompt.multimodal_data:
+            raise ValueError(f"{where}.multimodal_data: not supported: the model takes text only")
+        return prompt.prompt_string
+    if isinstance(prompt, list) and not all(isinstance(p, (int, str)) for p in prompt):
+        raise ValueError(f"{where}: a prompt is text, token ids or both mixed; a list with token ids at its top is "
+                         "one prompt")
+    return prompt

@@ -27,6 +27,9 @@ SEED_MIN, SEED_MAX = -(2**63), 2**64 - 1  # the engine's seed is 64-bit unsigned
 # ~100 bytes to a reply per generated token, so a bound keeps a reply's size in check)
 MAX_TOP_LOGPROBS = 20
 MAX_N_PROBS = 100
+# choices per prompt (n): each is a generation of its own, run one after another; a bound keeps one request's work
+# in check (llama-server bounds n by its slots)
+MAX_CHOICES = 16
 ROLES = ("system", "user", "assistant", "tool")  # OpenAI's, the ones GLM's templates write
 # OpenAI's newer name for the system role (what reasoning-model clients send): rendered as "system"
 ROLE_ALIASES = {"developer": "system"}
@@ -136,7 +139,12 @@ class GenerationRequest(BaseModel):
     stream_options: StreamOptions | None = None
     cache_prompt: bool = Field(True, description="llama-server's: resume from the slot's cached prefix and "
                                "evaluate only the rest (the output is the same)")
-    n: int = Field(1, ge=1, le=1, description="choices per request (only 1)")
+    n: int = Field(1, ge=1, le=MAX_CHOICES, description="choices per prompt (llama-server's n_cmpl); they run one "
+                   "after another, choice i > 0 with the seed plus i")
+    n_cmpl: int | None = Field(None, ge=1, le=MAX_CHOICES, description="llama-server's name for n, which it "
+                               "overrides")
+    verbose: bool = Field(False, description="llama-server's: a response that is not streamed carries __verbose, "
+                          "the native /completion body of its generation")
     speculative: Speculative | None = None
     # llama-server's spelling: a flat dotted key
     speculative_n_max: int | None = Field(None, ge=0, le=INT32_MAX, alias="speculative.n_max")
@@ -156,6 +164,8 @@ class GenerationRequest(BaseModel):
                                 "is none")
     logit_bias: Annotated[Any, AfterValidator(logit_bias_pairs)] = Field(
         None, description="OpenAI's {\"token id\": bias} or llama-server's [[id or text, bias]]; false bans")
+    ignore_eos: bool = Field(False, description="llama-server's: the end-of-generation tokens are banned (a -inf "
+                             "logit bias), so the generation runs to its token limit or the context's end")
 
     # Not yet (docs/server-fields.md): OpenAI's ...
     tools: refused("tools on this endpoint (chat completions has them)", off([])) = None
@@ -184,9 +194,7 @@ class GenerationRequest(BaseModel):
     dry_multiplier: refused("DRY sampling", off(0)) = None
     mirostat: refused("Mirostat sampling", off(0)) = None
     min_keep: refused("min_keep", off(0)) = None
-    ignore_eos: refused("ignoring end-of-generation tokens", off(False)) = None
     n_indent: refused("n_indent", off(0)) = None
-    n_cmpl: refused("several completions per request", off(1)) = None
     t_max_predict_ms: refused("a time limit on generation", off(0)) = None
     return_tokens: refused("returning token ids", off(False)) = None
     return_progress: refused("prompt progress events", off(False)) = None
@@ -218,6 +226,10 @@ class GenerationRequest(BaseModel):
                 return None if limit == -1 else limit
         return None
 
+    def choices(self) -> int:
+        """Choices per prompt: n_cmpl, else n (llama-server reads n as n_cmpl's alias)."""
+        return self.n_cmpl or self.n
+
     def include_usage(self) -> bool:
         """Whether a stream ends with OpenAI's usage chunk (stream_options.include_usage)."""
         return self.stream_options is not None and self.stream_options.include_usage
@@ -229,11 +241,20 @@ class GenerationRequest(BaseModel):
         return self.n_probs if self.n_probs else self.logprobs
 
 
+TokenIds = Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]
+
+
 class CompletionRequest(GenerationRequest):
-    """POST /v1/completions: one prompt, as text or token ids."""
-    prompt: str | Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]
+    """POST /v1/completions: a prompt as text or token ids, or several (OpenAI's lists of texts or of id lists)."""
+    prompt: str | TokenIds | Annotated[list[str], Field(min_length=1)] | Annotated[list[TokenIds], Field(min_length=1)]
     # OpenAI's completions have no such field (its count is `logprobs`): a 400 rather than a count ignored
     top_logprobs: Annotated[Any, AfterValidator(null_only("a chat field: here the count is `logprobs`"))] = None
+
+    def prompts(self) -> list[str | list[int]]:
+        """The prompts, each text or token ids."""
+        if isinstance(self.prompt, str) or isinstance(self.prompt[0], int):
+            return [self.prompt]
+        return list(self.prompt)
 
 
 class TextPart(BaseModel):

@@ -5,6 +5,7 @@ it ended, n_decoded 0 and n_remain -1, as llama-server resets the slot)."""
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -16,11 +17,13 @@ LLAMA_DEFAULT_SEED = 0xFFFFFFFF  # the seed llama-server reports for a request t
 SAMPLERS = ["temperature", "top_k", "top_p", "min_p"]  # the order _core.Sampler applies them in
 
 
-def task_params(kwargs: Mapping[str, Any], n_predict: int, stream: bool, spec: Mapping[str, Any]) -> dict[str, Any]:
+def task_params(kwargs: Mapping[str, Any], n_predict: int, stream: bool, spec: Mapping[str, Any],
+                ignore_eos: bool = False) -> dict[str, Any]:
     """llama-server's task params of a generation: `kwargs` are Model.generate's (temperature, top_k, top_p, min_p,
-    seed, stop, spec_n_max, and logprobs when given), n_predict its token limit (-1: none), spec the slot model's
-    speculation settings (Model.spec). The samplers this server does not have are reported off, with the values
-    that turn them off."""
+    seed, stop, spec_n_max, and logprobs and logit_bias when given), n_predict its token limit (-1: none), spec the
+    slot model's speculation settings (Model.spec), ignore_eos the request's (its bans are in logit_bias). The
+    samplers this server does not have are reported off, with the values that turn them off. logit_bias is
+    llama-server's list of {"bias", "token"}, a ban's -inf as null (what its JSON writer makes of it)."""
     seed = kwargs["seed"]
     stop = kwargs["stop"]
     n_max = kwargs["spec_n_max"]
@@ -32,7 +35,9 @@ def task_params(kwargs: Mapping[str, Any], n_predict: int, stream: bool, spec: M
         "typical_p": 1.0, "repeat_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0,
         "dynatemp_range": 0.0, "xtc_probability": 0.0, "dry_multiplier": 0.0, "mirostat": 0, "top_n_sigma": -1.0,
         "stop": [stop] if isinstance(stop, str) else list(stop or []),
-        "stream": stream, "n_probs": kwargs.get("logprobs") or 0, "min_keep": 0, "ignore_eos": False,
+        "stream": stream, "n_probs": kwargs.get("logprobs") or 0, "min_keep": 0, "ignore_eos": ignore_eos,
+        "logit_bias": [{"bias": None if math.isinf(bias) else bias, "token": token}
+                       for token, bias in kwargs.get("logit_bias", [])],
         "samplers": SAMPLERS,
         "speculative.n_max": spec["n_max"] if n_max is None else n_max,
         "speculative.n_min": spec["n_min"], "speculative.p_min": spec["p_min"],

@@ -24,15 +24,19 @@ OBJECT_SCHEMA = {"type": "object"}  # what json_object asks for without a schema
 
 
 def structured_kwargs(body: GenerationRequest, tokenizer: Tokenizer) -> dict[str, Any]:
-    """Model.generate's grammar and logit_bias for `body` (only those it asks for). Raises APIError(400) naming the
-    field for a grammar or schema that does not compile, two fields that both ask for a grammar, and a logit_bias
-    token outside the vocabulary."""
+    """Model.generate's grammar and logit_bias for `body` (only those it asks for): ignore_eos adds a -inf bias for
+    each end-of-generation token after the request's own, as llama-server appends its logit_bias_eog. Raises
+    APIError(400) naming the field for a grammar or schema that does not compile, two fields that both ask for a
+    grammar, and a logit_bias token outside the vocabulary."""
     out: dict[str, Any] = {}
     grammar = _grammar(body, tokenizer)
     if grammar is not None:
         out["grammar"] = grammar
-    if body.logit_bias:
-        out["logit_bias"] = logit_bias(body.logit_bias, tokenizer)
+    bias = logit_bias(body.logit_bias, tokenizer) if body.logit_bias else []
+    if body.ignore_eos:
+        bias += [(token, -math.inf) for token in end_of_generation_ids(tokenizer)]
+    if bias:
+        out["logit_bias"] = bias
     return out
 
 
@@ -59,9 +63,32 @@ def _grammar(body: GenerationRequest, tokenizer: Tokenizer) -> Grammar | None:
     try:
         if field in ("grammar", "tool_choice"):
             return Grammar.from_gbnf(tokenizer, end_ids, what, field)
-        return Grammar.from_json_schema(tokenizer, end_ids, what, field)
+        return Grammar.from_json_schema(tokenizer, end_ids, llama_schema(what), field)
     except GrammarError as e:
         raise APIError(400, str(e)) from None
+
+
+VALUE_KEYWORDS = ("const", "enum", "default", "examples")  # their values are JSON data, not schemas
+SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")  # name -> schema
+
+
+def llama_schema(schema: Any) -> Any:
+    """A request's JSON schema as llama-server's converter reads it (common/json-schema-to-grammar.cpp), for
+    llguidance, which follows JSON Schema 2020-12: draft-04's tuple form, `items` given as a list of schemas, is
+    exactly those items (prefixItems, no more), and a schema without a `type` that has `items` or `prefixItems` is
+    an array (2020-12 would let any non-array value through)."""
+    if isinstance(schema, list):
+        return [llama_schema(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: v if k in VALUE_KEYWORDS else {name: llama_schema(sub) for name, sub in v.items()}
+           if k in SCHEMA_MAPS and isinstance(v, dict) else llama_schema(v) for k, v in schema.items()}
+    if isinstance(out.get("items"), list):
+        tuple_items = out.pop("items")
+        out |= {"prefixItems": tuple_items, "items": False, "minItems": len(tuple_items)}
+    if "type" not in out and ("items" in out or "prefixItems" in out):
+        out["type"] = "array"
+    return out
 
 
 def logit_bias(pairs: list[tuple[int | str, float | bool]], tokenizer: Tokenizer) -> list[tuple[int, float]]:

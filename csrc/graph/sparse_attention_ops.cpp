@@ -1,0 +1,94 @@
+#include "graph/sparse_attention_ops.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace glm5next {
+
+namespace {
+
+// Dot product with 16 independent partial sums, which the compiler turns into vector registers.
+inline float dot(const float * a, const float * b, int64_t n) {
+    float acc[16] = {};
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        for (int j = 0; j < 16; ++j) acc[j] += a[i + j] * b[i + j];
+    }
+    float s = 0.0f;
+    for (int j = 0; j < 16; ++j) s += acc[j];
+    for (; i < n; ++i) s += a[i] * b[i];
+    return s;
+}
+
+// One clone per instruction set, chosen at load time: the project is built for any x86-64, ggml for this CPU.
+__attribute__((target_clones("avx512f", "avx2", "default")))
+void sparse_attention_op(ggml_tensor * dst, int ith, int nth, void * userdata) {
+    const ggml_tensor *q = dst->src[0], *latent = dst->src[1], *rows = dst->src[2], *mask = dst->src[3];
+    const float scale = *(const float *) userdata;
+    const int64_t kvr = q->ne[0], T = q->ne[1], nh = q->ne[2], n_sel = rows->ne[0];
+    std::vector<float> a(nh * n_sel);
+    std::vector<int32_t> used(n_sel);
+    for (int64_t t = ith; t < T; t += nth) {
+        const int32_t * r = (const int32_t *) ((const char *) rows->data + t * rows->nb[1]);
+        const float * m = (const float *) ((const char *) mask->data + t * mask->nb[3]);
+        int64_t n_used = 0;
+        for (int64_t s = 0; s < n_sel; ++s) {
+            if (m[s] != -std::numeric_limits<float>::infinity()) used[n_used++] = (int32_t) s;
+        }
+        for (int64_t h = 0; h < nh; ++h) {
+            float * out = (float *) ((char *) dst->data + h * dst->nb[2] + t * dst->nb[3]);
+            std::fill(out, out + kvr, 0.0f);
+        }
+        if (n_used == 0) continue;  // kpool_rows_mask always leaves one slot; zeros, as the caller's row_scale gives
+        for (int64_t i = 0; i < n_used; ++i) {  // scores, all heads per latent row
+            const int64_t s = used[i];
+            const float * k = (const float *) ((const char *) latent->data + r[s] * latent->nb[1]);
+            for (int64_t h = 0; h < nh; ++h) {
+                const float * qh = (const float *) ((const char *) q->data + t * q->nb[1] + h * q->nb[2]);
+                a[h * n_sel + i] = dot(qh, k, kvr) * scale + m[s];
+            }
+        }
+        for (int64_t h = 0; h < nh; ++h) {  // softmax over the used slots
+            float * ah = a.data() + h * n_sel;
+            const float mx = *std::max_element(ah, ah + n_used);
+            double sum = 0.0;
+            for (int64_t i = 0; i < n_used; ++i) sum += (ah[i] = std::exp(ah[i] - mx));
+            const float inv = (float) (1.0 / sum);
+            for (int64_t i = 0; i < n_used; ++i) ah[i] *= inv;
+        }
+        for (int64_t i = 0; i < n_used; ++i) {  // weighted sum, all heads per latent row
+            const float * k = (const float *) ((const char *) latent->data + r[used[i]] * latent->nb[1]);
+            for (int64_t h = 0; h < nh; ++h) {
+                float * out = (float *) ((char *) dst->data + h * dst->nb[2] + t * dst->nb[3]);
+                const float p = a[h * n_sel + i];
+                for (int64_t j = 0; j < kvr; ++j) out[j] += p * k[j];
+            }
+        }
+    }
+}
+
+}  // namespace
+
+ggml_tensor * sparse_attention(ggml_context * ctx, ggml_tensor * q_abs, ggml_tensor * latent, ggml_tensor * rows,
+                               ggml_tensor * mask, const float * scale) {
+    if (q_abs->type != GGML_TYPE_F32 || latent->type != GGML_TYPE_F32 || rows->type != GGML_TYPE_I32 ||
+        mask->type != GGML_TYPE_F32 || !ggml_is_contiguous(q_abs) || latent->nb[0] != sizeof(float)) {
+        throw std::invalid_argument("sparse_attention: q_abs must be contiguous f32, latent f32 rows, rows i32, mask f32");
+    }
+    if (latent->ne[0] != q_abs->ne[0] || rows->ne[1] != q_abs->ne[1] || mask->ne[0] != rows->ne[0] ||
+        mask->ne[3] != rows->ne[1]) {
+        throw std::invalid_argument("sparse_attention: shapes do not fit: q_abs [" + std::to_string(q_abs->ne[0]) + ", " +
+                                    std::to_string(q_abs->ne[1]) + ", " + std::to_string(q_abs->ne[2]) +
+                                    "], latent rows of " + std::to_string(latent->ne[0]) + ", rows [" +
+                                    std::to_string(rows->ne[0]) + ", " + std::to_string(rows->ne[1]) + "]");
+    }
+    ggml_tensor * args[] = {q_abs, latent, rows, mask};
+    return ggml_custom_4d(ctx, GGML_TYPE_F32, q_abs->ne[0], 1, q_abs->ne[2], q_abs->ne[1], args, 4, sparse_attention_op,
+                          GGML_N_TASKS_MAX, (void *) scale);
+}
+
+}  // namespace glm5next

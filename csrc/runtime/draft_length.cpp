@@ -1,0 +1,152 @@
+#include "runtime/draft_length.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+namespace glm5next {
+
+namespace {
+
+// Prior before any round was seen: draft 1 accepted half the time (weight of one round); later positions start
+// from the estimate of the position before (acceptance after an accepted draft is rarely lower: measured on the
+// bundled model, code and prose, per-position acceptance 0.55 0.62 0.66 at n_max 3).
+constexpr double kPriorAccept = 0.5, kPriorWeight = 1.0;
+// Cost priors in units of a one-row verify, replaced by measurements as they come (bundled model q8_0 at -t 1:
+// step 0 ~0.3, a later step ~0.25, a deferred draft-head row ~0.05 of a decode step, each verify row ~+0.15).
+constexpr double kPriorFirst = 0.3, kPriorNext = 0.25, kPriorRow = 0.05, kPriorRowSlope = 0.25;
+// A row count's own median counts once it has this many samples; before, the others' line stands for it (one
+// sample may be an outlier, and a row count only the choice of k measures would keep it for good).
+constexpr size_t kTrusted = 3;
+}  // namespace
+
+void DraftLengthPolicy::RecentMedian::add(double sample) {
+    if (samples_.size() < kWindow) {
+        samples_.push_back(sample);
+    } else {
+        samples_[next_] = sample;
+        next_ = (next_ + 1) % kWindow;
+    }
+    std::vector<double> sorted = samples_;
+    std::nth_element(sorted.begin(), sorted.begin() + sorted.size() / 2, sorted.end());
+    median_ = sorted[sorted.size() / 2];
+    ++count_;
+}
+
+DraftLengthPolicy::DraftLengthPolicy(int n_max, int n_min)
+    : n_max_(n_max), n_min_(std::max(n_min, 0)), tried_(std::max(n_max, 0), 0.0), kept_(std::max(n_max, 0), 0.0),
+      verify_ms_(std::max(n_max, 0) + 1) {
+    if (n_max < 0) throw std::invalid_argument("draft length policy: n_max = " + std::to_string(n_max) + " < 0");
+}
+
+double DraftLengthPolicy::acceptance(int j) const {
+    if (j < 1 || j > n_max_) return 0.0;
+    double a = kPriorAccept;
+    for (int i = 0; i < j; ++i) a = (kept_[i] + kPriorWeight * a) / (tried_[i] + kPriorWeight);
+    return a;
+}
+
+double DraftLengthPolicy::expected_tokens(int k) const {
+    double e = 1.0, run = 1.0, a = kPriorAccept;
+    for (int i = 0; i < std::min(k, n_max_); ++i) {
+        a = (kept_[i] + kPriorWeight * a) / (tried_[i] + kPriorWeight);
+        run *= a;
+        e += run;
+    }
+    return e;
+}
+
+double DraftLengthPolicy::unit() const { return verify_cost(1); }
+
+double DraftLengthPolicy::verify_cost(int rows) const {
+    const RecentMedian & own = verify_ms_[rows - 1];
+    if (own.count() >= kTrusted) return own.get();
+    // Row counts with kTrusted samples (else any measured) as the basis: a least squares line through two or
+    // more, the prior slope from one, the prior in units of a one-row verify from none.
+    std::vector<int> basis;
+    for (size_t min_count : {kTrusted, size_t(1)}) {
+        for (int r = 1; r <= n_max_ + 1; ++r) {
+            if (verify_ms_[r - 1].count() >= min_count) basis.push_back(r);
+        }
+        if (!basis.empty()) break;
+    }
+    const auto prior = [](int r) { return 1.0 + kPriorRowSlope * (r - 1); };
+    if (basis.empty()) return prior(rows);
+    if (basis.size() == 1) return verify_ms_[basis[0] - 1].get() * prior(rows) / prior(basis[0]);
+    double n = 0, sr = 0, sv = 0, srr = 0, srv = 0;
+    for (int r : basis) {
+        const double v = verify_ms_[r - 1].get();
+        n += 1, sr += r, sv += v, srr += double(r) * r, srv += r * v;
+    }
+    const double slope = std::max(0.0, (n * srv - sr * sv) / (n * srr - sr * sr));
+    const double at1 = (sv - slope * sr) / n;
+    return std::max(at1 + slope * (rows - 1), 0.5 * sv / n);
+}
+
+double DraftLengthPolicy::expected_cost(int k) const {
+    const double u = unit();
+    const double between = std::max(between_ms_.get(), 0.0);
+    if (k <= 0) return verify_cost(1) + (row_ms_.get() >= 0 ? row_ms_.get() : kPriorRow * u) + between;
+    k = std::min(k, n_max_);
+    const double first = first_ms_.get() >= 0 ? first_ms_.get() : kPriorFirst * u;
+    const double next = next_ms_.get() >= 0 ? next_ms_.get() : kPriorNext * u;
+    return first + (k - 1) * next + verify_cost(k + 1) + between;
+}
+
+int DraftLengthPolicy::choose(int limit) {
+    limit = std::clamp(limit, 0, n_max_);
+    const int lo = std::max(1, n_min_);
+    int best = 0;
+    double best_rate = expected_tokens(0) / expected_cost(0);
+    for (int k = lo; k <= limit; ++k) {
+        const double rate = expected_tokens(k) / expected_cost(k);
+        if (rate > best_rate) best = k, best_rate = rate;
+    }
+    if (best > 0) {
+        rounds_since_draft_ = 0;
+        probe_interval_ = kProbeFirst;
+        return best;
+    }
+    if (limit < lo) return 0;
+    if (++rounds_since_draft_ < probe_interval_) return 0;
+    // A probe: the cheapest draft, so that acceptance is measured again. Its expected loss (C(lo) - C(0) less the
+    // tokens it may gain) comes at most once per kProbeFirst rounds, and ever more rarely while probes are
+    // rejected (observe doubles the interval); an accepted one brings the next probe back to kProbeFirst rounds.
+    rounds_since_draft_ = 0;
+    probing_ = true;
+    return lo;
+}
+
+void DraftLengthPolicy::observe(int n_drafted, int n_accepted, int verify_rows, int64_t pending_rows,
+                                double first_ms, double next_ms, double verify_ms, double between_ms) {
+    n_drafted = std::clamp(n_drafted, 0, n_max_);
+    // Decay per round that drafted: rounds without drafts tell nothing new, and decaying then would bring the prior
+    // back and with it drafting that was found not to pay (measured: 34 rounds of 256 drafted at zero acceptance).
+    // An accepted probe is news: the old evidence then counts half.
+    const bool news = probing_ && n_drafted > 0 && n_accepted > 0;
+    const double decay = news ? 0.5 : n_drafted > 0 ? std::exp2(-1.0 / kHalfLife) : 1.0;
+    for (int i = 0; i < n_max_; ++i) tried_[i] *= decay, kept_[i] *= decay;
+    if (probing_) {
+        probing_ = false;
+        probe_interval_ = news ? kProbeFirst : std::min(2 * probe_interval_, kProbeMost);
+    }
+    for (int j = 1; j <= n_drafted && j - 1 <= n_accepted; ++j) {  // draft j was judged: drafts before it kept
+        tried_[j - 1] += 1.0;
+        if (n_accepted >= j) kept_[j - 1] += 1.0;
+    }
+    // step 0 writes the rows the last round accepted; after rounds without drafts it writes their deferred rows
+    // too, a cost that belongs to those rounds (observe_rows), not to drafting
+    if (n_drafted > 0 && pending_rows <= n_max_ + 1) first_ms_.add(first_ms);
+    if (n_drafted > 1) next_ms_.add(next_ms / (n_drafted - 1));
+    if (verify_rows >= 1 && verify_rows <= n_max_ + 1) verify_ms_[verify_rows - 1].add(verify_ms);
+    // the caller's own time per round (detokenizing, streaming): the same for every k, but it weighs against
+    // short rounds; an idle gap (a client reading slowly) is not the caller's cost, hence the cap
+    if (between_ms >= 0) between_ms_.add(std::min(between_ms, 2.0 * unit()));
+}
+
+void DraftLengthPolicy::observe_rows(int64_t n_rows, double ms) {
+    if (n_rows > 0) row_ms_.add(ms / double(n_rows));
+}
+
+}  // namespace glm5next

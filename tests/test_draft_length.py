@@ -1,0 +1,168 @@
+"""Adaptive draft lengths (csrc/runtime/draft_length.h; issue 15, speculation that never loses): the policy drafts
+nothing when drafts are rejected and cost time, n_max when they are accepted and cheap, probes its way back to
+drafting when the text becomes predictable, and a Generator that follows it keeps greedy output and the draft
+head's rows exactly as with fixed lengths."""
+from __future__ import annotations
+
+import pytest
+
+from conftest import random_tokens
+
+# Timings (ms) of the bundled model at -t 1 (q8_0): a decode step ~1.0, each further verify row ~+0.35, a draft step
+# ~0.18 (glm5next-bench --spec-n-max; tests/test_draft_length.py's rounds only need their ratios).
+STEP = 0.18
+
+
+def verify_ms(rows):
+    return 1.0 + 0.35 * (rows - 1)
+
+
+def policy(n_max=3, n_min=0):
+    from glm5next_runtime import _core
+    return _core.DraftLengthPolicy(n_max, n_min)
+
+
+def play(p, accept, rounds, limit=3, step=STEP):
+    """`rounds` rounds in which draft j is accepted iff accept(j); returns the lengths the policy chose."""
+    chosen = []
+    for _ in range(rounds):
+        k = p.choose(limit)
+        chosen.append(k)
+        n_acc = next((j - 1 for j in range(1, k + 1) if not accept(j)), k)
+        p.observe(k, n_acc, k + 1, n_acc + 1, step, step * max(k - 1, 0), verify_ms(k + 1))
+    return chosen
+
+
+def test_the_first_round_drafts_one_before_anything_is_measured():
+    p = policy()
+    assert p.choose(3) == 1 and p.acceptance(1) == pytest.approx(0.5)
+
+
+def test_rejected_drafts_that_cost_time_are_not_drafted():
+    p = policy()
+    chosen = play(p, lambda j: False, 40)
+    assert chosen[-1] == 0 and chosen[10:].count(0) >= 25  # only probes draft
+    assert p.acceptance(1) < 0.3  # a few probes' rejections against the prior's 0.5
+    assert p.expected_tokens(1) / p.expected_cost(1) < p.expected_tokens(0) / p.expected_cost(0)
+
+
+def test_accepted_cheap_drafts_are_drafted_up_to_the_limit():
+    p = policy(n_max=5)
+    chosen = play(p, lambda j: True, 40, limit=5, step=0.02)
+    assert chosen[-10:] == [5] * 10
+    assert p.choose(2) == 2 and p.choose(0) == 0  # the limit (context, max_tokens) still binds
+
+
+def test_expensive_drafts_are_not_drafted_even_when_accepted():
+    p = policy()
+    chosen = play(p, lambda j: True, 30, step=3.0)  # a draft step dearer than a whole decode step
+    assert chosen[-5:] == [0] * 5
+
+
+def test_a_partly_accepted_position_bounds_the_length():
+    """Draft 1 always accepted, draft 2 never: the second draft only costs, so the rounds settle on one."""
+    p = policy()
+    chosen = play(p, lambda j: j == 1, 60)
+    assert chosen[-20:].count(1) >= 18 and p.acceptance(1) > 0.8
+
+
+def test_probes_recover_drafting_after_a_phase_of_rejections():
+    p = policy()
+    low = play(p, lambda j: False, 200)
+    probes = [i for i, k in enumerate(low) if k and i > 10]
+    assert len(probes) >= 2 and all(b - a >= 8 for a, b in zip(probes, probes[1:]))
+    assert p.probe_interval > 8  # rejected probes come ever more rarely
+    high = play(p, lambda j: True, 300)  # the text became predictable
+    back = next(i for i, k in enumerate(high) if k == 3)
+    assert back <= 200 and high[-20:] == [3] * 20  # the next probe within 128 rounds, then one every 8
+
+
+def test_n_min_keeps_positive_choices_at_least_n_min():
+    p = policy(n_max=4, n_min=2)
+    chosen = play(p, lambda j: j <= 2, 30, limit=4)
+    assert all(k == 0 or k >= 2 for k in chosen) and p.choose(1) == 0
+
+
+def test_n_max_below_zero_is_refused():
+    with pytest.raises(ValueError, match="n_max = -1"):
+        policy(n_max=-1)
+
+
+@pytest.fixture(scope="module", params=["tiny", "predictable"])
+def model(request, checkpoints):
+    """f32 files: "tiny" (random weights: drafts rejected, so the rounds go to 0 drafts and probes) and
+    "predictable" (drafts accepted at every position)."""
+    from glm5next_runtime import Model
+    ckpt = checkpoints.make(f"spec-{request.param}", request.param, dtype="f32")
+    return Model(checkpoints.convert(ckpt, outtype="f32"), n_ctx=512, n_threads=2, draft_n_max=3)
+
+
+def generate(model, prompt, n, **kw):
+    g = model.generator(temperature=0, seed=0, **kw)
+    out = [g.start(prompt)]
+    while len(out) < n:
+        out += g.step(max_tokens=n - len(out))
+    g.finish()
+    return out, g.stats
+
+
+@pytest.mark.parametrize("seed", [7, 9])
+def test_greedy_output_with_adaptive_lengths_equals_plain_decoding(model, seed):
+    prompt = random_tokens(80, seed=seed)
+    plain, _ = generate(model, prompt, 120, n_max=0)
+    adaptive, stats = generate(model, prompt, 120, adaptive=True)
+    assert adaptive == plain
+    assert sum(stats["rounds_at_length"]) >= stats["n_drafts"] > 0
+    assert sum(k * n for k, n in enumerate(stats["rounds_at_length"])) >= stats["n_drafted"]
+
+
+def test_rows_deferred_by_rounds_without_drafts_are_written(model):
+    """After an adaptive generation (rounds without drafts defer the draft head's rows), the sequence resumes at
+    its end and drafts exactly as a fresh sequence that wrote every row."""
+    prompt = random_tokens(80, seed=5)
+    tokens, _ = generate(model, prompt, 100, adaptive=True)
+    whole = prompt + tokens  # the last token is not evaluated yet: the sequence resumes one before the end
+
+    def drafts(cache_prompt):
+        g = model.generator(n_max=3, adaptive=False, temperature=0, seed=0)
+        g.start(whole, cache_prompt=cache_prompt)
+        assert g.stats["n_cached_tokens"] == (len(whole) - 1 if cache_prompt else 0)
+        out = []
+        for _ in range(6):
+            out.append(list(g.draft()))
+            g.verify(len(out[-1]))
+        return out
+
+    resumed = drafts(True)
+    assert resumed == drafts(False)
+
+
+def sample(model, prompt, n, **kw):
+    g = model.generator(temperature=0.8, **kw)
+    out = [g.start(prompt)]
+    while len(out) < n:
+        out += g.step(max_tokens=n - len(out))
+    return out, g.stats
+
+
+def test_seeded_sampling_drafts_n_max_every_round_and_reproduces(model):
+    """Sampled output depends on the draft lengths: with a seed it must not depend on timing, so every round drafts
+    n_max (but the last rounds, which the token limit cuts short: one at most per shorter length), and the same seed
+    gives the same tokens."""
+    prompt = random_tokens(40, seed=11)
+    first, stats = sample(model, prompt, 60, seed=3)
+    rounds = stats["rounds_at_length"]
+    assert all(n <= 1 for n in rounds[:3]) and rounds[3] > 0
+    assert sample(model, prompt, 60, seed=3)[0] == first
+
+
+def test_unseeded_sampling_adapts(model, request):
+    """Without a seed nothing is to be reproduced: the lengths adapt, as they do with a seed when asked. On "tiny"
+    drafts are rejected, so rounds go to no drafts; on "predictable" they stay long."""
+    prompt = random_tokens(40, seed=12)
+    for kw in ({}, {"seed": 3, "adaptive": True}):
+        rounds = sample(model, prompt, 80, **kw)[1]["rounds_at_length"]
+        if request.node.callspec.params["model"] == "tiny":
+            assert rounds[0] > 1
+        else:
+            assert rounds[3] > rounds[0]
