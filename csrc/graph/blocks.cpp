@@ -39,9 +39,14 @@ ggml_tensor * BlockBuilder::mm(ggml_tensor * w, ggml_tensor * x) const {
 }
 
 ggml_tensor * BlockBuilder::expert_ids(int64_t n_experts, int64_t n_cols) const {
+    for (const auto & [shape, ids] : expert_ids_) {  // a graph needs a few shapes, each in every layer
+        if (shape.first == n_experts && shape.second == n_cols) return ids;
+    }
     // i32 [n_experts, n_cols], column j = 0..n_experts-1: the ascending order of an ascending row
     ggml_tensor * row = ggml_arange(ctx, 0.0f, (float) n_experts, 1.0f);
-    return ggml_argsort(ctx, ggml_repeat_4d(ctx, row, n_experts, n_cols, 1, 1), GGML_SORT_ORDER_ASC);
+    ggml_tensor * ids = ggml_argsort(ctx, ggml_repeat_4d(ctx, row, n_experts, n_cols, 1, 1), GGML_SORT_ORDER_ASC);
+    expert_ids_.push_back({{n_experts, n_cols}, ids});
+    return ids;
 }
 
 ggml_tensor * BlockBuilder::hc_pre(ggml_tensor * x, ggml_tensor * fn, ggml_tensor * scale, ggml_tensor * base,

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "ggml.h"
@@ -113,7 +114,8 @@ public:
 
 private:
     // Attention of rows [r0, r0 + n) of the ubatch over their gathered keys: o [head_v, 1, n_head, n].
-    // i32 [n_experts, n_cols] whose every column is 0, 1, ..., n_experts - 1 (mm's routing of rows to matrices).
+    // i32 [n_experts, n_cols] whose every column is 0, 1, ..., n_experts - 1 (mm's routing of rows to matrices),
+    // made once per graph and shape (expert_ids_).
     ggml_tensor * expert_ids(int64_t n_experts, int64_t n_cols) const;
     ggml_tensor * attend_gathered(ggml_tensor * q_abs, const LayerWeights & w, ggml_tensor * latent,
                                   const Selection & sel, int64_t r0, int64_t n) const;
@@ -132,6 +134,7 @@ private:
     std::optional<InputKpoolRows> & kpool_inputs;
     std::vector<KdaSnapshots> * snapshots = nullptr;
     bool cpu_kernels = true;
+    mutable std::vector<std::pair<std::pair<int64_t, int64_t>, ggml_tensor *>> expert_ids_;  // (n_experts, n_cols)
 };
 
 }  // namespace glm5next

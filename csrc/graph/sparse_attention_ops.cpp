@@ -30,8 +30,10 @@ void sparse_attention_op(ggml_tensor * dst, int ith, int nth, void * userdata) {
     const ggml_tensor *q = dst->src[0], *latent = dst->src[1], *rows = dst->src[2], *mask = dst->src[3];
     const float scale = *(const float *) userdata;
     const int64_t kvr = q->ne[0], T = q->ne[1], nh = q->ne[2], n_sel = rows->ne[0];
-    std::vector<float> a(nh * n_sel);
-    std::vector<int32_t> used(n_sel);
+    thread_local std::vector<float> a;  // scratch kept by ggml's worker threads: no allocation per token
+    thread_local std::vector<int32_t> used;
+    a.resize(nh * n_sel);
+    used.resize(n_sel);
     for (int64_t t = ith; t < T; t += nth) {
         const int32_t * r = (const int32_t *) ((const char *) rows->data + t * rows->nb[1]);
         const float * m = (const float *) ((const char *) mask->data + t * mask->nb[3]);

@@ -1,6 +1,7 @@
 #include "runtime/draft_length.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -28,9 +29,11 @@ void DraftLengthPolicy::RecentMedian::add(double sample) {
         samples_[next_] = sample;
         next_ = (next_ + 1) % kWindow;
     }
-    std::vector<double> sorted = samples_;
-    std::nth_element(sorted.begin(), sorted.begin() + sorted.size() / 2, sorted.end());
-    median_ = sorted[sorted.size() / 2];
+    std::array<double, kWindow> sorted;  // no allocation per round
+    std::copy(samples_.begin(), samples_.end(), sorted.begin());
+    const size_t n = samples_.size();
+    std::nth_element(sorted.begin(), sorted.begin() + n / 2, sorted.begin() + n);
+    median_ = sorted[n / 2];
     ++count_;
 }
 
@@ -40,17 +43,21 @@ DraftLengthPolicy::DraftLengthPolicy(int n_max, int n_min)
     if (n_max < 0) throw std::invalid_argument("draft length policy: n_max = " + std::to_string(n_max) + " < 0");
 }
 
+double DraftLengthPolicy::next_acceptance(int i, double before) const {
+    return (kept_[i] + kPriorWeight * before) / (tried_[i] + kPriorWeight);
+}
+
 double DraftLengthPolicy::acceptance(int j) const {
     if (j < 1 || j > n_max_) return 0.0;
     double a = kPriorAccept;
-    for (int i = 0; i < j; ++i) a = (kept_[i] + kPriorWeight * a) / (tried_[i] + kPriorWeight);
+    for (int i = 0; i < j; ++i) a = next_acceptance(i, a);
     return a;
 }
 
 double DraftLengthPolicy::expected_tokens(int k) const {
     double e = 1.0, run = 1.0, a = kPriorAccept;
     for (int i = 0; i < std::min(k, n_max_); ++i) {
-        a = (kept_[i] + kPriorWeight * a) / (tried_[i] + kPriorWeight);
+        a = next_acceptance(i, a);
         run *= a;
         e += run;
     }
@@ -64,21 +71,19 @@ double DraftLengthPolicy::verify_cost(int rows) const {
     if (own.count() >= kTrusted) return own.get();
     // Row counts with kTrusted samples (else any measured) as the basis: a least squares line through two or
     // more, the prior slope from one, the prior in units of a one-row verify from none.
-    std::vector<int> basis;
-    for (size_t min_count : {kTrusted, size_t(1)}) {
-        for (int r = 1; r <= n_max_ + 1; ++r) {
-            if (verify_ms_[r - 1].count() >= min_count) basis.push_back(r);
-        }
-        if (!basis.empty()) break;
+    size_t min_count = 1;
+    for (const RecentMedian & m : verify_ms_) {
+        if (m.count() >= kTrusted) min_count = kTrusted;
     }
-    const auto prior = [](int r) { return 1.0 + kPriorRowSlope * (r - 1); };
-    if (basis.empty()) return prior(rows);
-    if (basis.size() == 1) return verify_ms_[basis[0] - 1].get() * prior(rows) / prior(basis[0]);
     double n = 0, sr = 0, sv = 0, srr = 0, srv = 0;
-    for (int r : basis) {
+    for (int r = 1; r <= n_max_ + 1; ++r) {
+        if (verify_ms_[r - 1].count() < min_count) continue;
         const double v = verify_ms_[r - 1].get();
         n += 1, sr += r, sv += v, srr += double(r) * r, srv += r * v;
     }
+    const auto prior = [](double r) { return 1.0 + kPriorRowSlope * (r - 1); };
+    if (n == 0) return prior(rows);
+    if (n == 1) return sv * prior(rows) / prior(sr);  // the one basis row count r = sr, its time sv
     const double slope = std::max(0.0, (n * srv - sr * sv) / (n * srr - sr * sr));
     const double at1 = (sv - slope * sr) / n;
     return std::max(at1 + slope * (rows - 1), 0.5 * sv / n);

@@ -70,6 +70,9 @@ private:
     };
 
     double verify_cost(int rows) const;
+    // acceptance of draft i + 1 given the earlier ones were accepted, from position i's counts and `before`, the
+    // estimate of the position before it (the prior for the first)
+    double next_acceptance(int i, double before) const;
     double unit() const;  // a one-row verify in ms (1 before any verify was timed)
 
     int n_max_, n_min_;

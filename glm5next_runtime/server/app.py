@@ -213,11 +213,12 @@ def create_app(pool: SlotPool, config: ServerConfig) -> FastAPI:
         check_text(prompt)
         return prompt, guard.encode(prompt, add_special=True, max_tokens=max_prompt_tokens)
 
-    def native_reply(body: GenerationRequest, ids: list[int], return_tokens: bool = False,
+    def native_reply(body: GenerationRequest, prompt_text: str, return_tokens: bool = False,
                      timings_per_token: bool = False) -> NativeCompletionReply:
-        # the native /completion's reply to a generation of `body` from `ids`
+        # the native /completion's reply to a generation of `body` from the prompt `prompt_text` (its ids as text,
+        # detokenized off the event loop by the caller)
         stops = [body.stop] if isinstance(body.stop, str) else list(body.stop or [])
-        return NativeCompletionReply(body.model or config.model_name, token_text(first.tokenizer, ids), first.n_ctx,
+        return NativeCompletionReply(body.model or config.model_name, prompt_text, first.n_ctx,
                                      stops, lambda t: token_text(first.tokenizer, t, config.special), return_tokens,
                                      timings_per_token, pieces)
 
@@ -299,8 +300,8 @@ def create_app(pool: SlotPool, config: ServerConfig) -> FastAPI:
         task = tasks.begin(pool.models.index(model), params, len(ids), stream)
         reply.bind(task)
         # llama-server's __verbose: an OpenAI-shaped body that is not streamed carries the native one
-        verbose = native_reply(body, ids) if body.verbose and isinstance(reply, (ChatReply, CompletionReply)) \
-            else None
+        verbose = native_reply(body, await in_thread(token_text, first.tokenizer, ids)) \
+            if body.verbose and isinstance(reply, (ChatReply, CompletionReply)) else None
         if verbose is not None:
             verbose.bind(task)
         if body.stream:

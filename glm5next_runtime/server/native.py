@@ -50,8 +50,8 @@ class RequestPath(NamedTuple):
     # endpoint, the generations' bodies -> the response's)
     generate_all: Callable[[Request, GenerationRequest, list[list[int]], Callable[[int], Reply], str,
                             Callable[[list[dict[str, Any]]], Any]], Awaitable[Response]]
-    # the native completion's reply: (body, prompt ids, return_tokens, timings_per_token)
-    native_reply: Callable[[GenerationRequest, list[int], bool, bool], NativeCompletionReply]
+    # the native completion's reply: (body, prompt text, return_tokens, timings_per_token)
+    native_reply: Callable[[GenerationRequest, str, bool, bool], NativeCompletionReply]
 
     async def bridged_chat(self, request: Request, cls: type[BaseModel],
                            sampling: RequestDefaults) -> tuple[Any, ChatRequest, str, list[int]]:
@@ -171,8 +171,9 @@ def create_native_router(pool: SlotPool, config: ServerConfig, tasks: SlotTasks,
         except ValueError as e:
             raise APIError(400, str(e)) from None
         ids = [await in_thread(prompt_ids, prompt) for prompt in prompts]
+        texts = [await in_thread(token_text, tokenizer, i) for i in ids]
         return await path.generate_all(request, body, ids, lambda i: path.native_reply(
-            body, ids[i], body.return_tokens, body.timings_per_token), "completion", native_list)
+            body, texts[i], body.return_tokens, body.timings_per_token), "completion", native_list)
 
     def prompt_ids(prompt: MixedPrompt) -> list[int]:
         # llama-server's completion prompt: add_special, control tokens parsed (the client's own markup)
