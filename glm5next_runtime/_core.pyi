@@ -189,6 +189,11 @@ class Engine:
     def has_draft_head(self) -> bool:
         ...
     @property
+    def n_graphs_built(self) -> int:
+        """
+        Graphs built and allocated since load; a ubatch of the last graph's shape reuses it.
+        """
+    @property
     def n_past(self) -> int:
         """
         Tokens in the sequence.

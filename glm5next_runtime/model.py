@@ -384,6 +384,13 @@ class Model:
         graph crossed devices (each split boundary copies tensors between them)."""
         return self._engine.n_splits
 
+    @property
+    def graphs_built(self) -> int:
+        """Graphs built since load. A ubatch of the same shape as the one before (a decode step, a draft step, a
+        verify pass of as many rows) runs the graph built for that one with new inputs (llama.cpp's graph reuse);
+        decoding builds one every kPoolBucket pools (csrc/graph/blocks.h: 256 tokens at index_kpool 4)."""
+        return self._engine.n_graphs_built
+
     def checkpoints(self) -> dict[str, Any]:
         """The context checkpoints this sequence keeps (see generate's cache_prompt): {"count", "bytes" (host
         memory of all), "rows" (the sequence length each resumes at, ascending), "bytes_each" (one checkpoint: the

@@ -15,17 +15,6 @@
 
 namespace glm5next {
 
-namespace {
-
-// The per-graph context (tensor and graph metadata only; data lives in the scheduler's compute buffers and the caches).
-struct GraphContext {
-    ggml_context * ctx;
-    explicit GraphContext(std::vector<uint8_t> & meta) : ctx(ggml_init({meta.size(), meta.data(), true})) {}
-    ~GraphContext() { ggml_free(ctx); }
-};
-
-}  // namespace
-
 // A separate draft file must describe the same model: the draft head reads the trunk's hidden states and tokens.
 static const Model & checked_draft_model(const Model & model, const Model * draft) {
     if (draft == nullptr) return model;
@@ -50,7 +39,8 @@ static const EngineParams & checked_params(const EngineParams & params) {
 
 Engine::Engine(const Model & model, const EngineParams & params, const Model * draft_model)
     : model_(model), draft_model_(checked_draft_model(model, draft_model)), params_(checked_params(params)),
-      cache_(model, 0, model.hp.n_trunk(), params.n_ctx), checkpoints_(params.n_checkpoints) {
+      cache_(model, 0, model.hp.n_trunk(), params.n_ctx), checkpoints_(params.n_checkpoints),
+      slot_(ggml_tensor_overhead() * graph_size(model.hp) * 2 + ggml_graph_overhead_custom(graph_size(model.hp), false)) {
     if (params_.n_threads <= 0) {
         params_.n_threads = (int) std::max(1u, std::thread::hardware_concurrency());
     }
@@ -77,7 +67,6 @@ Engine::Engine(const Model & model, const EngineParams & params, const Model * d
     const size_t n_nodes = graph_size(model.hp);
     // op_offload off: a weight on the CPU keeps its op on the CPU (placement decides, not batch size).
     sched_ = ggml_backend_sched_new(backends_.data(), nullptr, (int) backends_.size(), n_nodes, false, false);
-    meta_.resize(ggml_tensor_overhead() * n_nodes * 2 + ggml_graph_overhead_custom(n_nodes, false));
     reserve();
 }
 
@@ -93,18 +82,20 @@ void Engine::reserve() {
         if (n_past < 0) continue;
         CacheView at = cache_.view();
         at.n_past = n_past;
-        GraphContext gc(meta_);
-        TrunkGraph g;
-        build_trunk_graph(g, gc.ctx, model_, at, rows, true, false);
+        ggml_context * ctx = nullptr;
+        TrunkGraph & g = slot_.new_trunk(&ctx);  // not held: the scheduler only measures it
+        build_trunk_graph(g, ctx, model_, at, rows, true, false);
         pin_custom_ops(g.gf);
         if (!ggml_backend_sched_reserve(sched_, g.gf)) {
             throw std::runtime_error("cannot allocate the compute buffers for n_batch = " +
                                      std::to_string(params_.n_batch) + " and n_ctx = " + std::to_string(n_ctx));
         }
     }
+    slot_.clear();
 }
 
 Engine::~Engine() {
+    slot_.clear();
     ggml_backend_sched_free(sched_);
     for (ggml_backend_t b : backends_) ggml_backend_free(b);
 }
@@ -150,6 +141,7 @@ void Engine::pin_custom_ops(ggml_cgraph * gf) {
 }
 
 void Engine::alloc(ggml_cgraph * gf) {
+    ++n_graphs_built_;
     ggml_backend_sched_reset(sched_);
     pin_custom_ops(gf);
     const GraphSources sources = profile_traffic_ ? graph_sources(gf) : GraphSources{};
@@ -157,6 +149,11 @@ void Engine::alloc(ggml_cgraph * gf) {
         throw std::runtime_error("cannot allocate the compute buffers of a graph");
     }
     bytes_copied_ = profile_traffic_ ? bytes_copied(sched_, sources) : 0;
+}
+
+void Engine::profile_traffic(bool on) {
+    profile_traffic_ = on;
+    slot_.clear();  // a graph allocated with it off did not count its bytes (alloc)
 }
 
 void Engine::compute(ggml_cgraph * gf) {
@@ -342,11 +339,19 @@ void Engine::check_tokens(const int32_t * tokens, int64_t n) const {
 std::vector<KdaSnapshots> Engine::eval_ubatch(const int32_t * tokens, int64_t n, bool logits_all, EvalOutput & out,
                                               int64_t row0, bool snapshots) {
     const HParams & hp = model_.hp;
-    GraphContext gc(meta_);
-    TrunkGraph g;
-    build_trunk_graph(g, gc.ctx, model_, cache_.view(), n, logits_all, snapshots, params_.batch_invariant);
-    alloc(g.gf);
-    g.set_inputs(tokens);
+    const int64_t n_past = cache_.n_past();
+    const GraphShape shape{GraphShape::kTrunk, n, logits_all, snapshots, false,
+                           graph_layout(hp, cache_.n_ctx(), n_past, n)};
+    TrunkGraph * reused = slot_.trunk(shape);
+    if (reused == nullptr) {
+        ggml_context * ctx = nullptr;
+        reused = &slot_.new_trunk(&ctx);
+        build_trunk_graph(*reused, ctx, model_, cache_.view(), n, logits_all, snapshots, params_.batch_invariant);
+        alloc(reused->gf);
+        slot_.hold(shape);
+    }
+    TrunkGraph & g = *reused;
+    g.set_inputs(tokens, n_past);
     compute(g.gf);
 
     ggml_backend_tensor_get(g.hidden, out.hidden.data() + row0 * hp.n_embd, 0, n * hp.n_embd * sizeof(float));
@@ -366,7 +371,7 @@ std::vector<KdaSnapshots> Engine::eval_ubatch(const int32_t * tokens, int64_t n,
         ggml_backend_tensor_get(g.selections[i], dst.data() + row0 * k, 0, n * k * sizeof(int32_t));
         for (int64_t t = 0; t < n; ++t) canonical_pools(g.params.kpool, dst.data() + (row0 + t) * k, k, t);
     }
-    return std::move(g.snapshots);
+    return g.snapshots;
 }
 
 void Engine::draft_rows(const float * hidden, const int32_t * next_tokens, int64_t n, int64_t pos0,
@@ -389,12 +394,20 @@ void Engine::draft_rows(const float * hidden, const int32_t * next_tokens, int64
     draft_from_trunk_ = from_trunk && draft_from_trunk_ >= pos0 ? pos0 + n : std::min<int64_t>(draft_from_trunk_, pos0);
     for (int64_t row0 = 0; row0 < n; row0 += params_.n_batch) {
         const int64_t m = std::min<int64_t>(params_.n_batch, n - row0);
-        GraphContext gc(meta_);
-        DraftGraph g;
-        build_draft_graph(g, gc.ctx, draft_model_, draft_weights_->layer(), draft_cache_->view(), m,
-                          saved_pools ? saved_p0 : -1, params_.batch_invariant);
-        alloc(g.gf);
-        g.set_inputs(hidden + row0 * hp.n_embd, next_tokens + row0, saved_pools);
+        const int64_t pos = draft_cache_->n_past();
+        const GraphShape shape{GraphShape::kDraft, m, false, false, saved_pools != nullptr,
+                               graph_layout(draft_model_.hp, draft_cache_->n_ctx(), pos, m)};
+        DraftGraph * reused = slot_.draft(shape);
+        if (reused == nullptr) {
+            ggml_context * ctx = nullptr;
+            reused = &slot_.new_draft(&ctx);
+            build_draft_graph(*reused, ctx, draft_model_, draft_weights_->layer(), draft_cache_->view(), m,
+                              saved_pools != nullptr, params_.batch_invariant);
+            alloc(reused->gf);
+            slot_.hold(shape);
+        }
+        DraftGraph & g = *reused;
+        g.set_inputs(hidden + row0 * hp.n_embd, next_tokens + row0, pos, saved_pools, saved_pools ? saved_p0 : -1);
         compute(g.gf);
         draft_cache_->append((uint32_t) m);
         if (row0 + m == n) {  // the inputs are in the graph by now: out may be written, even if hidden is out.z

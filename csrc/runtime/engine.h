@@ -12,6 +12,7 @@
 #include "model/draft_weights.h"
 #include "model/model.h"
 #include "runtime/checkpoints.h"
+#include "runtime/graph_slot.h"
 #include "runtime/seq_cache.h"
 #include "runtime/sequence_state.h"
 #include "runtime/traffic.h"
@@ -127,12 +128,15 @@ public:
     bool has_draft_head() const { return draft_cache_ != nullptr; }
     // Graph splits of the last graph the scheduler ran (1 when every op ran on one device).
     int n_splits() const { return ggml_backend_sched_get_n_splits(sched_); }
+    // Graphs built and allocated since load (the one at load not counted): a ubatch of the shape of the graph
+    // before runs that graph again (runtime/graph_slot.h).
+    int64_t n_graphs_built() const { return n_graphs_built_; }
     // What crossed devices in the last graph: its splits and, if it ran while profile_traffic was on, the bytes
     // copied and the copy time (else 0 and -1).
     GraphTraffic traffic() const { return {n_splits(), bytes_copied_, copy_seconds_}; }
     // Measures the traffic of every graph run from now on (runtime/traffic.h: each device syncs after every node,
     // so compute is slower while on). For glm5next-bench, not for serving.
-    void profile_traffic(bool on) { profile_traffic_ = on; }
+    void profile_traffic(bool on);
     // Per device that holds weights, caches or compute buffers: the bytes of each (CPU last).
     std::vector<DeviceMemory> memory() const;
     const DraftWeights * draft_weights() const { return draft_weights_.get(); }  // null without a draft head
@@ -167,7 +171,8 @@ private:
     std::vector<ggml_backend_t> backends_;  // the placed devices', then the CPU's
     ggml_backend_t cpu_ = nullptr;
     ggml_backend_sched_t sched_ = nullptr;
-    std::vector<uint8_t> meta_;  // memory of the per-ubatch graph context (tensor and graph metadata only)
+    GraphSlot slot_;  // the graph sched_ holds allocated, reused by the next ubatch of its shape
+    int64_t n_graphs_built_ = 0;
     bool profile_traffic_ = false;
     size_t bytes_copied_ = 0;     // of the last graph, when profiled
     double copy_seconds_ = -1.0;
