@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <map>
-#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -39,8 +38,7 @@ static const EngineParams & checked_params(const EngineParams & params) {
 
 Engine::Engine(const Model & model, const EngineParams & params, const Model * draft_model)
     : model_(model), draft_model_(checked_draft_model(model, draft_model)), params_(checked_params(params)),
-      cache_(model, 0, model.hp.n_trunk(), params.n_ctx), checkpoints_(params.n_checkpoints),
-      slot_(ggml_tensor_overhead() * graph_size(model.hp) * 2 + ggml_graph_overhead_custom(graph_size(model.hp), false)) {
+      cache_(model, 0, model.hp.n_trunk(), params.n_ctx), checkpoints_(params.n_checkpoints) {
     if (params_.n_threads <= 0) {
         params_.n_threads = (int) std::max(1u, std::thread::hardware_concurrency());
     }
@@ -64,9 +62,9 @@ Engine::Engine(const Model & model, const EngineParams & params, const Model * d
     cpu_ = ggml_backend_cpu_init();
     ggml_backend_cpu_set_n_threads(cpu_, params_.n_threads);
     backends_.push_back(cpu_);
-    const size_t n_nodes = graph_size(model.hp);
-    // op_offload off: a weight on the CPU keeps its op on the CPU (placement decides, not batch size).
-    sched_ = ggml_backend_sched_new(backends_.data(), nullptr, (int) backends_.size(), n_nodes, false, false);
+    graphs_ = std::make_unique<GraphSlot>(backends_, cpu_, graph_size(model.hp));
+    if (draft_cache_) draft_graphs_ = std::make_unique<GraphSlot>(backends_, cpu_, graph_size(model.hp));
+    last_ = graphs_.get();
     reserve();
 }
 
@@ -78,25 +76,30 @@ void Engine::reserve() {
     // max_dense_keys): the scheduler keeps the larger buffers of the two
     const int64_t n_ctx = cache_.n_ctx(), rows = std::min<int64_t>(params_.n_batch, n_ctx);
     const int64_t dense_end = std::min<int64_t>(n_ctx, max_dense_keys(model_.hp));
+    const std::string what = "n_batch = " + std::to_string(params_.n_batch) + " and n_ctx = " + std::to_string(n_ctx);
     for (int64_t n_past : {dense_end - rows, n_ctx - rows}) {
         if (n_past < 0) continue;
         CacheView at = cache_.view();
         at.n_past = n_past;
         ggml_context * ctx = nullptr;
-        TrunkGraph & g = slot_.new_trunk(&ctx);  // not held: the scheduler only measures it
+        TrunkGraph & g = graphs_->new_trunk(&ctx);
         build_trunk_graph(g, ctx, model_, at, rows, true, false);
-        pin_custom_ops(g.gf);
-        if (!ggml_backend_sched_reserve(sched_, g.gf)) {
-            throw std::runtime_error("cannot allocate the compute buffers for n_batch = " +
-                                     std::to_string(params_.n_batch) + " and n_ctx = " + std::to_string(n_ctx));
-        }
+        graphs_->reserve(g.gf, what);
     }
-    slot_.clear();
+    if (draft_graphs_) {  // the draft steps' scheduler: kGatherMaxRows rows at the end of the context
+        const int64_t steps = std::min<int64_t>(kGatherMaxRows, n_ctx);
+        CacheView at = draft_cache_->view();
+        at.n_past = n_ctx - steps;
+        ggml_context * ctx = nullptr;
+        DraftGraph & g = draft_graphs_->new_draft(&ctx);
+        build_draft_graph(g, ctx, draft_model_, draft_weights_->layer(), at, steps, false);
+        draft_graphs_->reserve(g.gf, "the draft head's steps and n_ctx = " + std::to_string(n_ctx));
+    }
 }
 
 Engine::~Engine() {
-    slot_.clear();
-    ggml_backend_sched_free(sched_);
+    graphs_.reset();
+    draft_graphs_.reset();
     for (ggml_backend_t b : backends_) ggml_backend_free(b);
 }
 
@@ -119,7 +122,9 @@ std::vector<DeviceMemory> Engine::memory() const {
         for (const auto & [dev, n] : c->bytes_by_device()) by_dev[dev].caches += n;
     }
     for (ggml_backend_t b : backends_) {
-        by_dev[ggml_backend_get_device(b)].compute += ggml_backend_sched_get_buffer_size(sched_, b);
+        for (const GraphSlot * slot : {graphs_.get(), draft_graphs_.get()}) {
+            if (slot) by_dev[ggml_backend_get_device(b)].compute += ggml_backend_sched_get_buffer_size(slot->sched(), b);
+        }
     }
     std::vector<DeviceMemory> out;  // in the scheduler's order: the placed devices, the CPU last
     for (ggml_backend_t b : backends_) {
@@ -130,39 +135,10 @@ std::vector<DeviceMemory> Engine::memory() const {
     return out;
 }
 
-// This project's custom ops (GGML_OP_CUSTOM: graph/select_ops.h, graph/mhc_ops.h) have CPU kernels only. ggml's
-// RPC device claims to support every op, so supports_op cannot keep them off a device: they are pinned here.
-void Engine::pin_custom_ops(ggml_cgraph * gf) {
-    if (backends_.size() == 1) return;
-    for (int i = 0; i < ggml_graph_n_nodes(gf); ++i) {
-        ggml_tensor * node = ggml_graph_node(gf, i);
-        if (node->op == GGML_OP_CUSTOM) ggml_backend_sched_set_tensor_backend(sched_, node, cpu_);
-    }
-}
-
-void Engine::alloc(ggml_cgraph * gf) {
-    ++n_graphs_built_;
-    ggml_backend_sched_reset(sched_);
-    pin_custom_ops(gf);
-    const GraphSources sources = profile_traffic_ ? graph_sources(gf) : GraphSources{};
-    if (!ggml_backend_sched_alloc_graph(sched_, gf)) {
-        throw std::runtime_error("cannot allocate the compute buffers of a graph");
-    }
-    bytes_copied_ = profile_traffic_ ? bytes_copied(sched_, sources) : 0;
-}
-
 void Engine::profile_traffic(bool on) {
     profile_traffic_ = on;
-    slot_.clear();  // a graph allocated with it off did not count its bytes (alloc)
-}
-
-void Engine::compute(ggml_cgraph * gf) {
-    std::optional<CopyTimer> timer;
-    if (profile_traffic_) timer.emplace(sched_);
-    if (ggml_backend_sched_graph_compute(sched_, gf) != GGML_STATUS_SUCCESS) {
-        throw std::runtime_error("ggml graph computation failed");
-    }
-    copy_seconds_ = timer ? timer->seconds() : -1.0;
+    graphs_->clear();  // a graph allocated with it off did not count its bytes
+    if (draft_graphs_) draft_graphs_->clear();
 }
 
 EvalOutput Engine::eval(const std::vector<int32_t> & tokens, bool logits_all) {
@@ -342,17 +318,17 @@ std::vector<KdaSnapshots> Engine::eval_ubatch(const int32_t * tokens, int64_t n,
     const int64_t n_past = cache_.n_past();
     const GraphShape shape{GraphShape::kTrunk, n, logits_all, snapshots, false,
                            graph_layout(hp, cache_.n_ctx(), n_past, n)};
-    TrunkGraph * reused = slot_.trunk(shape);
+    TrunkGraph * reused = graphs_->trunk(shape);
     if (reused == nullptr) {
         ggml_context * ctx = nullptr;
-        reused = &slot_.new_trunk(&ctx);
+        reused = &graphs_->new_trunk(&ctx);
         build_trunk_graph(*reused, ctx, model_, cache_.view(), n, logits_all, snapshots, params_.batch_invariant);
-        alloc(reused->gf);
-        slot_.hold(shape);
+        graphs_->alloc(reused->gf, shape, profile_traffic_);
     }
     TrunkGraph & g = *reused;
     g.set_inputs(tokens, n_past);
-    compute(g.gf);
+    last_ = graphs_.get();
+    graphs_->compute(profile_traffic_);
 
     ggml_backend_tensor_get(g.hidden, out.hidden.data() + row0 * hp.n_embd, 0, n * hp.n_embd * sizeof(float));
     if (logits_all) {
@@ -397,18 +373,19 @@ void Engine::draft_rows(const float * hidden, const int32_t * next_tokens, int64
         const int64_t pos = draft_cache_->n_past();
         const GraphShape shape{GraphShape::kDraft, m, false, false, saved_pools != nullptr,
                                graph_layout(draft_model_.hp, draft_cache_->n_ctx(), pos, m)};
-        DraftGraph * reused = slot_.draft(shape);
+        GraphSlot & slot = m <= kGatherMaxRows ? *draft_graphs_ : *graphs_;
+        DraftGraph * reused = slot.draft(shape);
         if (reused == nullptr) {
             ggml_context * ctx = nullptr;
-            reused = &slot_.new_draft(&ctx);
+            reused = &slot.new_draft(&ctx);
             build_draft_graph(*reused, ctx, draft_model_, draft_weights_->layer(), draft_cache_->view(), m,
                               saved_pools != nullptr, params_.batch_invariant);
-            alloc(reused->gf);
-            slot_.hold(shape);
+            slot.alloc(reused->gf, shape, profile_traffic_);
         }
         DraftGraph & g = *reused;
         g.set_inputs(hidden + row0 * hp.n_embd, next_tokens + row0, pos, saved_pools, saved_pools ? saved_p0 : -1);
-        compute(g.gf);
+        last_ = &slot;
+        slot.compute(profile_traffic_);
         draft_cache_->append((uint32_t) m);
         if (row0 + m == n) {  // the inputs are in the graph by now: out may be written, even if hidden is out.z
             out.logits.resize(hp.n_vocab);
