@@ -134,6 +134,7 @@ private:
     // Writes src's columns into rows of `cache` (i64 `rows`; the ubatch's positions for write_rows), appended now so
     // that the write runs before any later node reads the cache.
     void write_rows(ggml_tensor * src, ggml_tensor * cache) const;
+    ggml_tensor * glu(ggml_tensor * gate, ggml_tensor * up) const;
     void write_rows_at(ggml_tensor * src, ggml_tensor * cache, ggml_tensor * rows) const;
     ggml_tensor * conv(ggml_tensor * x, ggml_tensor * proj, ggml_tensor * kernel, ggml_tensor * conv_cache, int part,
                        ggml_tensor ** xt_out) const;
