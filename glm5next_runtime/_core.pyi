@@ -189,6 +189,11 @@ class Engine:
     def has_draft_head(self) -> bool:
         ...
     @property
+    def n_graphs_built(self) -> int:
+        """
+        Graphs built and allocated since load; a ubatch of the last graph's shape reuses it.
+        """
+    @property
     def n_past(self) -> int:
         """
         Tokens in the sequence.
@@ -297,9 +302,9 @@ class Generator:
     speculation (runtime.md, draft-MTP round). Greedy output is the same with and without speculation; sampled
     output keeps the target distribution (speculative sampling).
     """
-    def __init__(self, engine: Engine, n_max: typing.SupportsInt | typing.SupportsIndex = 3, n_min: typing.SupportsInt | typing.SupportsIndex = 0, p_min: typing.SupportsFloat | typing.SupportsIndex = 0.0, index_share: typing.SupportsInt | typing.SupportsIndex = -1, synthetic_accepted: typing.SupportsFloat | typing.SupportsIndex = -1.0, adaptive: bool = True, temperature: typing.SupportsFloat | typing.SupportsIndex = 0.800000011920929, top_k: typing.SupportsInt | typing.SupportsIndex = 40, top_p: typing.SupportsFloat | typing.SupportsIndex = 0.949999988079071, min_p: typing.SupportsFloat | typing.SupportsIndex = 0.05000000074505806, seed: typing.SupportsInt | typing.SupportsIndex = 0, n_probs: typing.SupportsInt | typing.SupportsIndex = -1, logit_bias: collections.abc.Sequence[tuple[typing.SupportsInt | typing.SupportsIndex, typing.SupportsFloat | typing.SupportsIndex]] = []) -> None:
+    def __init__(self, engine: Engine, n_max: typing.SupportsInt | typing.SupportsIndex = 3, n_min: typing.SupportsInt | typing.SupportsIndex = 0, p_min: typing.SupportsFloat | typing.SupportsIndex = 0.0, index_share: typing.SupportsInt | typing.SupportsIndex = -1, synthetic_accepted: typing.SupportsFloat | typing.SupportsIndex = -1.0, adaptive: bool = True, temperature: typing.SupportsFloat | typing.SupportsIndex = 0.800000011920929, top_k: typing.SupportsInt | typing.SupportsIndex = 40, top_p: typing.SupportsFloat | typing.SupportsIndex = 0.949999988079071, min_p: typing.SupportsFloat | typing.SupportsIndex = 0.05000000074505806, seed: typing.SupportsInt | typing.SupportsIndex = 0, n_probs: typing.SupportsInt | typing.SupportsIndex = -1, logit_bias: collections.abc.Sequence[tuple[typing.SupportsInt | typing.SupportsIndex, typing.SupportsFloat | typing.SupportsIndex]] = [], policy: ... = None) -> None:
         """
-        n_max: drafts per round (the most, when adaptive; 0 = no speculation); n_min: shorter drafts are not verified; p_min: drafting stops below this top probability; index_share: -1 file, 0 off, 1 on; synthetic_accepted: benchmarks only, a fixed mean number of accepted drafts per round (< 0 = off); adaptive: each round drafts what DraftLengthPolicy chooses from measured acceptance and timings (0 when drafting does not pay; greedy output is the same, sampled output with a fixed seed then depends on timing), False: n_max every round. Raises ValueError for speculation without a NextN layer, n_max >= n_batch, or bad sampler settings. n_probs >= 0: report log-probabilities (probs), with the n_probs most probable tokens'; < 0: none. logit_bias: [(token id, bias)] added to the logits of every row (a token listed twice gets both; -inf bans it); ValueError for an id outside the vocabulary, a NaN or +inf bias.
+        n_max: drafts per round (the most, when adaptive; 0 = no speculation); n_min: shorter drafts are not verified; p_min: drafting stops below this top probability; index_share: -1 file, 0 off, 1 on; synthetic_accepted: benchmarks only, a fixed mean number of accepted drafts per round (< 0 = off); adaptive: each round drafts what DraftLengthPolicy chooses from measured acceptance and timings (0 when drafting does not pay; greedy output is the same, sampled output with a fixed seed then depends on timing), False: n_max every round. Raises ValueError for speculation without a NextN layer, n_max >= n_batch, or bad sampler settings. n_probs >= 0: report log-probabilities (probs), with the n_probs most probable tokens'; < 0: none. logit_bias: [(token id, bias)] added to the logits of every row (a token listed twice gets both; -inf bans it); ValueError for an id outside the vocabulary, a NaN or +inf bias. policy: the DraftLengthPolicy an adaptive generator learns in (shared with earlier generators, so that acceptance and timings carry over requests); None: a new one. ValueError for a policy of another n_max or n_min.
         """
     def begin_draft(self, max_tokens: typing.SupportsInt | typing.SupportsIndex = 9223372036854775807) -> int:
         """
@@ -330,6 +335,11 @@ class Generator:
         The second half: verify the first n_keep drafts of the round and return the emitted tokens as step() does. masks: uint32 [n_keep + 1, ceil(n_vocab / 32)], row i the bitmask of the tokens allowed after drafts[:i] (the target's disallowed logits become -inf before acceptance and sampling), or None. Drafts left out must start with one that row n_keep disallows (it counts as rejected: the token comes from speculative sampling's residual, so sampling stays exact). Raises ValueError without drafts to verify, for n_keep outside [0, len(drafts)] or masks of another dtype or shape.
         """
     @property
+    def policy(self) -> ...:
+        """
+        The DraftLengthPolicy this generator reports to and asks (None unless adaptive with n_max > 0).
+        """
+    @property
     def probs(self) -> list:
         """
         With n_probs >= 0: per token the last start(), step() or verify() returned, (token, logprob, [(id, logprob) of the n_probs most probable tokens, most probable first]): natural-log softmax of the raw logits of the target row that produced it (before the sampler's filters and temperature; csrc/runtime/token_probs.h). Empty with n_probs < 0.
@@ -348,7 +358,8 @@ class DraftLengthPolicy:
     """
     The number of drafts a draft-MTP round should carry:
     the k that maximizes expected emitted tokens per ms from the round outcomes and timings it is told
-    (csrc/runtime/draft_length.h). A Generator with adaptive=True keeps one; this class is its logic alone.
+    (csrc/runtime/draft_length.h). An adaptive Generator reports to one and asks it (Model keeps one per n_max and
+    n_min, shared by its generators).
     """
     def __init__(self, n_max: typing.SupportsInt | typing.SupportsIndex, n_min: typing.SupportsInt | typing.SupportsIndex = 0) -> None:
         """
@@ -377,6 +388,16 @@ class DraftLengthPolicy:
     def observe_rows(self, n_rows: typing.SupportsInt | typing.SupportsIndex, ms: typing.SupportsFloat | typing.SupportsIndex) -> None:
         """
         Deferred draft-head rows written without drafting: n_rows of them in ms.
+        """
+    @property
+    def n_max(self) -> int:
+        """
+        The most drafts a round may carry.
+        """
+    @property
+    def n_min(self) -> int:
+        """
+        The fewest drafts a positive choice carries.
         """
     @property
     def probe_interval(self) -> int:

@@ -153,6 +153,7 @@ class Model:
             raise ValueError(f"spec_index_share {spec_index_share!r}: expected auto, on or off")
         self.spec = dict(n_max=draft_n_max if self.spec_type == "draft-mtp" else 0, n_min=draft_n_min,
                          p_min=draft_p_min, index_share=INDEX_SHARE[spec_index_share], adaptive=draft_adaptive)
+        self._draft_length_policies: dict[tuple[int, int], _core.DraftLengthPolicy] = {}  # _draft_length_policy
 
     def _new_engine(self) -> _core.Engine:
         return _core.Engine(self._core, self._n_ctx, self.n_batch, self.n_threads, self._spec_draft_type,
@@ -396,7 +397,20 @@ class Model:
         bias = list(logit_bias.items()) if isinstance(logit_bias, Mapping) else list(logit_bias or ())
         return _core.Generator(self._engine, **spec, synthetic_accepted=synthetic_accepted,
                                temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed,
-                               n_probs=-1 if n_probs is None else n_probs, logit_bias=bias)
+                               n_probs=-1 if n_probs is None else n_probs, logit_bias=bias,
+                               policy=self._draft_length_policy(spec) if synthetic_accepted < 0 else None)
+
+    def _draft_length_policy(self, spec: dict) -> _core.DraftLengthPolicy | None:
+        """The draft length policy of adaptive generators with spec's n_max and n_min: one per pair for the model's
+        life, so that what a request learned of acceptance and of this machine's timings carries over to the next
+        (a new policy per request relearned from its prior: ~2% of a short reply, issue 15). None without
+        adaptive drafting."""
+        if not spec["adaptive"] or spec["n_max"] <= 0:
+            return None
+        key = (spec["n_max"], max(spec["n_min"], 0))
+        if key not in self._draft_length_policies:
+            self._draft_length_policies[key] = _core.DraftLengthPolicy(*key)
+        return self._draft_length_policies[key]
 
     @property
     def devices(self) -> list[str]:
@@ -416,6 +430,13 @@ class Model:
         """Splits of the last graph run by ggml's scheduler: 1 when every op ran on one device, more when the
         graph crossed devices (each split boundary copies tensors between them)."""
         return self._engine.n_splits
+
+    @property
+    def graphs_built(self) -> int:
+        """Graphs built since load. A ubatch of the same shape as the one before (a decode step, a draft step, a
+        verify pass of as many rows) runs the graph built for that one with new inputs (llama.cpp's graph reuse);
+        decoding builds one every kPoolBucket pools (csrc/graph/blocks.h: 256 tokens at index_kpool 4)."""
+        return self._engine.n_graphs_built
 
     def checkpoints(self) -> dict[str, Any]:
         """The context checkpoints this sequence keeps (see generate's cache_prompt): {"count", "bytes" (host

@@ -88,10 +88,11 @@ def test_n_max_below_zero_is_refused():
         policy(n_max=-1)
 
 
-@pytest.fixture(scope="module", params=["tiny", "predictable"])
+@pytest.fixture(params=["tiny", "predictable"])
 def model(request, checkpoints):
     """f32 files: "tiny" (random weights: drafts rejected, so the rounds go to 0 drafts and probes) and
-    "predictable" (drafts accepted at every position)."""
+    "predictable" (drafts accepted at every position). A Model per test: its adaptive generators share one policy,
+    which would carry what one test learned into the next."""
     from glm5next_runtime import Model
     ckpt = checkpoints.make(f"spec-{request.param}", request.param, dtype="f32")
     return Model(checkpoints.convert(ckpt, outtype="f32"), n_ctx=512, n_threads=2, draft_n_max=3)
@@ -114,6 +115,29 @@ def test_greedy_output_with_adaptive_lengths_equals_plain_decoding(model, seed):
     assert adaptive == plain
     assert sum(stats["rounds_at_length"]) >= stats["n_drafts"] > 0
     assert sum(k * n for k, n in enumerate(stats["rounds_at_length"])) >= stats["n_drafted"]
+
+
+def test_a_models_adaptive_generators_share_what_they_learned(model, request):
+    """The policy outlives a request (Model keeps one per n_max and n_min): the next generation starts from the
+    acceptance the last one measured, not from the prior. Fixed lengths and other n_max have none or their own."""
+    first = model.generator(temperature=0)
+    assert first.policy is not None and first.policy.acceptance(1) == pytest.approx(0.5)  # the prior
+    generate(model, random_tokens(80, seed=4), 100, adaptive=True)
+    second = model.generator(temperature=0)
+    assert second.policy is first.policy
+    if request.node.callspec.params["model"] == "tiny":
+        assert second.policy.acceptance(1) < 0.5  # rejected drafts
+    else:
+        assert second.policy.acceptance(1) > 0.5  # accepted drafts (the probes: drafting does not pay at f32)
+    assert model.generator(n_max=2).policy.n_max == 2
+    assert model.generator(adaptive=False).policy is None
+    assert model.generator(n_max=0).policy is None
+
+
+def test_a_policy_of_another_length_is_refused(model):
+    from glm5next_runtime import _core
+    with pytest.raises(ValueError, match="n_max 2"):
+        _core.Generator(model._engine, n_max=3, policy=_core.DraftLengthPolicy(2))
 
 
 def test_rows_deferred_by_rounds_without_drafts_are_written(model):

@@ -12,15 +12,21 @@
 
 namespace glm5next {
 
-namespace {
-
-// Appends a write into a cache view now, so that it runs before any later node reads the cache.
-void write_rows(ggml_context * ctx, ggml_cgraph * gf, ggml_tensor * src, ggml_tensor * cache, int64_t row0) {
-    ggml_tensor * dst = ggml_view_2d(ctx, cache, cache->ne[0], src->ne[1], cache->nb[1], row0 * cache->nb[1]);
-    ggml_build_forward_expand(gf, ggml_cpy(ctx, src, dst));
+GraphLayout graph_layout(const HParams & hp, int64_t n_ctx, int64_t n_past, int64_t n_rows) {
+    GraphLayout l;
+    const int64_t n_kv = n_past + n_rows, kpool = hp.idx_kpool;
+    l.n_kv = n_rows <= kGatherMaxRows || n_kv > max_dense_keys(hp) ? 0 : n_kv;
+    const int64_t complete = std::max<int64_t>(1, n_kv / kpool);  // pool 0 unwritten when none: never a candidate
+    l.n_pool = std::min((complete + kPoolBucket - 1) / kPoolBucket * kPoolBucket, std::max<int64_t>(1, n_ctx / kpool));
+    return l;
 }
 
-}  // namespace
+// Appends the write of the ubatch's rows into a cache now, so that it runs before any later node reads the cache.
+void BlockBuilder::write_rows(ggml_tensor * src, ggml_tensor * cache) const { write_rows_at(src, cache, cache_rows.pos); }
+
+void BlockBuilder::write_rows_at(ggml_tensor * src, ggml_tensor * cache, ggml_tensor * rows) const {
+    ggml_build_forward_expand(gf, ggml_set_rows(ctx, cache, src, rows));
+}
 
 ggml_tensor * BlockBuilder::rms(ggml_tensor * x, ggml_tensor * w) const { return ggml_mul(ctx, ggml_rms_norm(ctx, x, hp.rms_eps), w); }
 
@@ -76,6 +82,11 @@ ggml_tensor * BlockBuilder::hc_post(ggml_tensor * x, ggml_tensor * residual, ggm
     return cpu_kernels ? hc_post_mix(ctx, x, residual, post, comb) : ggml_dsv4_hc_post(ctx, x, residual, post, comb);
 }
 
+// silu(gate) * up as one node (ggml's GLU op) instead of two: the CPU kernel (ggml_vec_swiglu_f32) computes the
+// same silu (ggml_v_silu) and product as ggml_vec_silu_f32 then ggml_vec_mul_f32, so the bits are the same.
+// One node fewer per FFN: on the CPU each node costs a thread barrier, which matters on small models.
+ggml_tensor * BlockBuilder::glu(ggml_tensor * gate, ggml_tensor * up) const { return ggml_swiglu_split(ctx, gate, up); }
+
 ggml_tensor * BlockBuilder::swiglu(ggml_tensor * x, ggml_tensor * wg, ggml_tensor * wu, ggml_tensor * wd, float limit) const {
     ggml_tensor * gate = mm(wg, x);
     ggml_tensor * up = mm(wu, x);
@@ -83,7 +94,7 @@ ggml_tensor * BlockBuilder::swiglu(ggml_tensor * x, ggml_tensor * wg, ggml_tenso
         gate = ggml_clamp(ctx, gate, -INFINITY, limit);
         up = ggml_clamp(ctx, up, -limit, limit);
     }
-    return mm(wd, ggml_mul(ctx, ggml_silu(ctx, gate), up));
+    return mm(wd, glu(gate, up));
 }
 
 // Sigmoid routing (model.md, MoE): s = sigmoid(logits), experts chosen by s + bias (within the best groups),
@@ -120,7 +131,7 @@ ggml_tensor * BlockBuilder::moe(ggml_tensor * x, const LayerWeights & w, int il)
         gate = ggml_clamp(ctx, gate, -INFINITY, limit);
         up = ggml_clamp(ctx, up, -limit, limit);
     }
-    ggml_tensor * down = ggml_mul_mat_id(ctx, w.down_exps, ggml_mul(ctx, ggml_silu(ctx, gate), up), ids);
+    ggml_tensor * down = ggml_mul_mat_id(ctx, w.down_exps, glu(gate, up), ids);
     down = ggml_mul(ctx, down, wts);  // [n_embd, k, T]
     ggml_tensor * out = nullptr;
     for (int64_t i = 0; i < k; ++i) {
@@ -190,23 +201,22 @@ Selection BlockBuilder::indexer(ggml_tensor * x, ggml_tensor * qr, const LayerWe
     const int64_t idim = hp.idx_head_dim, ih = hp.idx_n_head, kpool = hp.idx_kpool;
     ggml_tensor * ik = ggml_norm(ctx, mm(w.idx_k, x), hp.ln_eps);
     ik = ggml_add(ctx, ggml_mul(ctx, ik, w.idx_k_norm), w.idx_k_norm_b);
-    write_rows(ctx, gf, ik, c.idx_k, n_past);
-    write_rows(ctx, gf, mm(w.idx_gate, x), c.idx_g, n_past);
+    write_rows(ik, c.idx_k);
+    write_rows(mm(w.idx_gate, x), c.idx_g);
 
-    const int64_t pool0 = n_past / kpool, pool1 = (n_past + T) / kpool;
-    if (pool1 > pool0) {
-        const int64_t n_new = pool1 - pool0;
-        auto members = [&](ggml_tensor * rows) {  // the pools' rows as [idim, kpool, n_new]
-            return ggml_view_3d(ctx, rows, idim, kpool, n_new, rows->nb[1], kpool * rows->nb[1],
-                                pool0 * kpool * rows->nb[1]);
-        };
-        ggml_tensor * logits = ggml_add(ctx, ggml_cont(ctx, members(c.idx_g)), w.idx_ape);
-        ggml_tensor * probs = ggml_soft_max(ctx, ggml_cont(ctx, ggml_permute(ctx, logits, 1, 0, 2, 3)));
-        ggml_tensor * keys = ggml_cont(ctx, ggml_permute(ctx, members(c.idx_k), 1, 0, 2, 3));
-        ggml_tensor * pooled = ggml_reshape_2d(ctx, ggml_sum_rows(ctx, ggml_mul(ctx, probs, keys)), idim, n_new);
-        write_rows(ctx, gf, pooled, c.pooled, pool0);
-    }
-    const int64_t n_pool = std::max<int64_t>(1, pool1);  // pool 0 unwritten when pool1 == 0: never a candidate
+    // the pooled key of every pool the ubatch touches (InputCacheRows), complete or not: an incomplete pool is
+    // no candidate until the ubatch writing its last row computes it again, from all its rows
+    cache_rows.add_pools(ctx, kpool, c.pooled->ne[1], c.idx_k->ne[1]);
+    const int64_t n_slots = cache_rows.pool_dst->ne[0];
+    auto members = [&](ggml_tensor * rows) {  // the pools' rows as [idim, kpool, n_slots]
+        return ggml_reshape_3d(ctx, ggml_get_rows(ctx, rows, cache_rows.pool_rows), idim, kpool, n_slots);
+    };
+    ggml_tensor * logits = ggml_add(ctx, members(c.idx_g), w.idx_ape);
+    ggml_tensor * probs = ggml_soft_max(ctx, ggml_cont(ctx, ggml_permute(ctx, logits, 1, 0, 2, 3)));
+    ggml_tensor * keys = ggml_cont(ctx, ggml_permute(ctx, members(c.idx_k), 1, 0, 2, 3));
+    ggml_tensor * new_pooled = ggml_reshape_2d(ctx, ggml_sum_rows(ctx, ggml_mul(ctx, probs, keys)), idim, n_slots);
+    write_rows_at(new_pooled, c.pooled, cache_rows.pool_dst);
+    const int64_t n_pool = layout.n_pool;
     ggml_tensor * pooled = ggml_view_2d(ctx, c.pooled, idim, n_pool, c.pooled->nb[1], 0);
 
     ggml_tensor * iq = ggml_reshape_3d(ctx, mm(w.idx_q_b, qr), idim, ih, T);
@@ -247,10 +257,10 @@ ggml_tensor * BlockBuilder::attend_gathered(ggml_tensor * q_abs, const LayerWeig
 // Sparse MLA over the latent (model.md, DSA), W_kb absorbed into the query and W_vb applied after.
 ggml_tensor * BlockBuilder::dsa(ggml_tensor * x, const LayerWeights & w, const LayerCache & c, bool run_indexer,
                                 Selection & sel) const {
-    const int64_t nope = hp.head_k_mla, nh = hp.n_head, kvr = hp.kv_lora_rank, n_kv = n_past + T;
+    const int64_t nope = hp.head_k_mla, nh = hp.n_head, kvr = hp.kv_lora_rank;
     ggml_tensor * qr = rms(mm(w.wq_a, x), w.q_a_norm);
     ggml_tensor * q = ggml_reshape_3d(ctx, mm(w.wq_b, qr), nope, nh, T);
-    write_rows(ctx, gf, rms(mm(w.wkv_a, x), w.kv_a_norm), c.latent, n_past);
+    write_rows(rms(mm(w.wkv_a, x), w.kv_a_norm), c.latent);
     if (run_indexer) {
         sel = indexer(x, qr, w, c);
     } else if (sel.pools == nullptr) {
@@ -259,15 +269,15 @@ ggml_tensor * BlockBuilder::dsa(ggml_tensor * x, const LayerWeights & w, const L
 
     ggml_tensor * q_abs = mm(w.wk_b, ggml_permute(ctx, q, 0, 2, 1, 3));  // [kvr, T, nh]
     ggml_tensor * o;
-    if (T <= kGatherMaxRows || n_kv > max_dense_keys(hp)) {
+    if (layout.n_kv == 0) {  // gathered from the whole cache: the rows are inputs of the step (no n_past in the graph)
+        ggml_tensor * latent = c.latent;
         if (sel.rows == nullptr && sel.std_ops) {
             kpool_inputs->add_tail(ctx, hp);
-            kpool_rows_std(ctx, sel.pools, *kpool_inputs, hp.idx_kpool, n_kv, &sel.rows, &sel.rows_mask);
+            kpool_rows_std(ctx, sel.pools, *kpool_inputs, hp.idx_kpool, latent->ne[1], &sel.rows, &sel.rows_mask);
         } else if (sel.rows == nullptr) {
             sel.rows = kpool_rows(ctx, sel.pools, sel.at);
             sel.rows_mask = kpool_rows_mask(ctx, sel.pools, sel.at);
         }
-        ggml_tensor * latent = ggml_view_2d(ctx, c.latent, kvr, n_kv, c.latent->nb[1], 0);
         if (cpu_kernels && !sel.std_ops) {  // the selected rows read in place (graph/sparse_attention_ops.h)
             params.attention_scale = 1.0f / std::sqrt((float) nope);
             ggml_tensor * kqv = sparse_attention(ctx, q_abs, latent, sel.rows, sel.rows_mask, &params.attention_scale);
@@ -283,6 +293,7 @@ ggml_tensor * BlockBuilder::dsa(ggml_tensor * x, const LayerWeights & w, const L
             }
         }
     } else {
+        const int64_t n_kv = layout.n_kv;
         if (sel.mask == nullptr) {
             sel.mask = kpool_mask(ctx, sel.pools, n_kv, sel.at);
         }

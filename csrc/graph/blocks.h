@@ -64,15 +64,38 @@ inline int64_t max_dense_keys(const HParams & hp) {
 // Nodes a glm5next graph (trunk or draft head) needs at most, for sizing the context and the graph.
 inline size_t graph_size(const HParams & hp) { return 2048 + 384 * (size_t) hp.n_layer_all; }
 
+// The indexer scores the complete pools rounded up to a multiple of this many (the rest are no candidates, see
+// kpool_top_k), so that a decode graph keeps its shape for kPoolBucket * kpool steps and is reused (Engine) instead
+// of rebuilt every kpool steps (llama.cpp pads its KV cache view to 256 rows for the same reason). Scoring a pool
+// costs idx_n_head * idx_head_dim multiply-adds (1024 on the bench preset): 63 extra pools cost ~0.1% of a decode
+// step there.
+constexpr int64_t kPoolBucket = 64;
+
+// What a ubatch's graph structure depends on besides its row count and the graph's flags: n_past enters only
+// through it and through inputs set per ubatch (InputCacheRows, the custom ops' KpoolParams), so that equal
+// layouts share one graph (Engine's graph reuse; llama.cpp's llm_graph_result::can_reuse).
+struct GraphLayout {
+    int64_t n_kv = 0;    // keys of the masked dense pass (n_past + n_rows); 0: each row gathers its selected keys
+    int64_t n_pool = 1;  // pooled keys the indexer scores: the complete pools, rounded up to kPoolBucket (>= 1)
+    bool operator==(const GraphLayout & o) const { return n_kv == o.n_kv && n_pool == o.n_pool; }
+};
+
+// The layout of n_rows rows at positions n_past.. of a cache of n_ctx rows: dense attention for more than
+// kGatherMaxRows rows while n_past + n_rows <= max_dense_keys, else gathering; the pools scored capped at the
+// pooled cache's max(1, n_ctx / kpool) rows.
+GraphLayout graph_layout(const HParams & hp, int64_t n_ctx, int64_t n_past, int64_t n_rows);
+
 class BlockBuilder {
 public:
-    // `n_rows` rows at positions n_past..n_past+n_rows-1; `row_scale` f32 [1, n_rows] zeroes rows that select no
-    // key (nullptr when kpool_select_tail guarantees one). `kpool_inputs` is the graph's input for selections made
-    // with ggml's standard ops, created here by the first layer that needs it.
+    // `n_rows` rows laid out as `layout` says, written to the caches at the rows `cache_rows` holds; `row_scale`
+    // f32 [1, n_rows] zeroes rows that select no key (nullptr when kpool_select_tail guarantees one).
+    // `kpool_inputs` is the graph's input for selections made with ggml's standard ops, created here by the first
+    // layer that needs it.
     BlockBuilder(ggml_context * ctx, ggml_cgraph * gf, const HParams & hp, GraphParams & params, int64_t n_rows,
-                 int64_t n_past, ggml_tensor * row_scale, std::optional<InputKpoolRows> & kpool_inputs)
-        : ctx(ctx), gf(gf), hp(hp), params(params), T(n_rows), n_past(n_past), row_scale(row_scale),
-          kpool_inputs(kpool_inputs) {}
+                 const GraphLayout & layout, InputCacheRows & cache_rows, ggml_tensor * row_scale,
+                 std::optional<InputKpoolRows> & kpool_inputs)
+        : ctx(ctx), gf(gf), hp(hp), params(params), T(n_rows), layout(layout), cache_rows(cache_rows),
+          row_scale(row_scale), kpool_inputs(kpool_inputs) {}
 
     // Keep per-row KDA snapshots in `out` (verify passes).
     void keep_snapshots(std::vector<KdaSnapshots> * out) { snapshots = out; }
@@ -119,6 +142,11 @@ private:
     ggml_tensor * expert_ids(int64_t n_experts, int64_t n_cols) const;
     ggml_tensor * attend_gathered(ggml_tensor * q_abs, const LayerWeights & w, ggml_tensor * latent,
                                   const Selection & sel, int64_t r0, int64_t n) const;
+    // Writes src's columns into rows of `cache` (i64 `rows`; the ubatch's positions for write_rows), appended now so
+    // that the write runs before any later node reads the cache.
+    void write_rows(ggml_tensor * src, ggml_tensor * cache) const;
+    ggml_tensor * glu(ggml_tensor * gate, ggml_tensor * up) const;
+    void write_rows_at(ggml_tensor * src, ggml_tensor * cache, ggml_tensor * rows) const;
     ggml_tensor * conv(ggml_tensor * x, ggml_tensor * proj, ggml_tensor * kernel, ggml_tensor * conv_cache, int part,
                        ggml_tensor ** xt_out) const;
     Selection indexer(ggml_tensor * x, ggml_tensor * qr, const LayerWeights & w, const LayerCache & c) const;
@@ -129,7 +157,8 @@ private:
     const HParams & hp;
     GraphParams & params;
     int64_t T;
-    int64_t n_past;
+    GraphLayout layout;
+    InputCacheRows & cache_rows;
     ggml_tensor * row_scale;
     std::optional<InputKpoolRows> & kpool_inputs;
     std::vector<KdaSnapshots> * snapshots = nullptr;

@@ -3,20 +3,20 @@
 namespace glm5next {
 
 void build_draft_graph(DraftGraph & g, ggml_context * ctx, const Model & model, const LayerWeights & w,
-                       const CacheView & cache, int64_t n_rows, int64_t saved_p0) {
+                       const CacheView & cache, int64_t n_rows, bool shared) {
     const HParams & hp = model.hp;
     const uint32_t il = hp.n_trunk();
-    const bool shared = saved_p0 >= 0;
-    const int64_t pos0 = cache.n_past;
     g.gf = ggml_new_graph_custom(ctx, graph_size(model.hp), false);
-    g.params.kpool = {pos0, hp.idx_kpool, hp.idx_top_k / hp.idx_kpool, hp.idx_select_tail};
-    g.params.kpool_saved = {saved_p0, hp.idx_kpool, hp.idx_top_k / hp.idx_kpool, hp.idx_select_tail};
+    g.layout = graph_layout(hp, cache.n_ctx, cache.n_past, n_rows);
+    g.params.kpool = {cache.n_past, hp.idx_kpool, hp.idx_top_k / hp.idx_kpool, hp.idx_select_tail};
+    g.params.kpool_saved = g.params.kpool;  // its n_past: the row that made the reused selection (set_inputs)
     g.params.moe = {hp.n_expert_used, hp.n_expert_groups, hp.n_group_used, hp.expert_weights_norm, hp.expert_weights_scale};
 
     g.inp_hidden.emplace(ctx, GGML_TYPE_F32, hp.n_embd, n_rows, "inp_hidden");
     g.inp_tokens.emplace(ctx, GGML_TYPE_I32, n_rows, 1, "inp_tokens");
+    g.inp_cache_rows.emplace(ctx, n_rows);
     g.inp_row_scale.emplace(ctx, hp, n_rows);
-    BlockBuilder b(ctx, g.gf, hp, g.params, n_rows, pos0, g.inp_row_scale->t, g.inp_kpool_rows);
+    BlockBuilder b(ctx, g.gf, hp, g.params, n_rows, g.layout, *g.inp_cache_rows, g.inp_row_scale->t, g.inp_kpool_rows);
     b.use_cpu_kernels(on_cpu(w.eh_proj));
 
     // u = eh_proj [RMSNorm_e(E[x_{p+1}]); RMSNorm_h(h_p)], embedding half first
@@ -49,9 +49,13 @@ void build_draft_graph(DraftGraph & g, ggml_context * ctx, const Model & model, 
     }
 }
 
-void DraftGraph::set_inputs(const float * hidden, const int32_t * tokens, const int32_t * saved_pools) const {
+void DraftGraph::set_inputs(const float * hidden, const int32_t * tokens, int64_t pos0, const int32_t * saved_pools,
+                            int64_t saved_p0) {
+    params.kpool.n_past = pos0;  // what the custom ops read (they point to params)
+    params.kpool_saved.n_past = saved_p0;
     inp_hidden->set_input(hidden);
     inp_tokens->set_input(tokens);
+    inp_cache_rows->set_input(pos0);
     if (inp_saved_pools) inp_saved_pools->set_input(saved_pools);
     inp_row_scale->set_input(inp_saved_pools ? params.kpool_saved : params.kpool);
     if (inp_kpool_rows) inp_kpool_rows->set_input(params.kpool);

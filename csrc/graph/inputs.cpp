@@ -1,5 +1,6 @@
 #include "graph/inputs.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "ggml-backend.h"
@@ -66,6 +67,42 @@ void InputKpoolRows::set_input(const KpoolParams & at) const {
     }
     ggml_backend_tensor_set(tail_rows, rows.data(), 0, ggml_nbytes(tail_rows));
     ggml_backend_tensor_set(tail_mask, mask.data(), 0, ggml_nbytes(tail_mask));
+}
+
+InputCacheRows::InputCacheRows(ggml_context * ctx, int64_t n_rows) : pos(ggml_new_tensor_1d(ctx, GGML_TYPE_I64, n_rows)) {
+    ggml_set_name(pos, "inp_pos");
+    ggml_set_input(pos);
+}
+
+void InputCacheRows::add_pools(ggml_context * ctx, int64_t kpool, int64_t n_pooled, int64_t n_ctx) {
+    if (pool_rows) return;
+    kpool_ = kpool;
+    n_pooled_ = n_pooled;
+    n_ctx_ = n_ctx;
+    const int64_t n_slots = max_pools_touched(pos->ne[0], kpool);
+    pool_rows = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, kpool * n_slots);
+    pool_dst = ggml_new_tensor_1d(ctx, GGML_TYPE_I64, n_slots);
+    ggml_set_name(pool_rows, "inp_pool_rows");
+    ggml_set_name(pool_dst, "inp_pool_dst");
+    ggml_set_input(pool_rows);
+    ggml_set_input(pool_dst);
+}
+
+void InputCacheRows::set_input(int64_t n_past) const {
+    const int64_t n_rows = pos->ne[0];
+    std::vector<int64_t> p(n_rows);
+    for (int64_t i = 0; i < n_rows; ++i) p[i] = n_past + i;
+    ggml_backend_tensor_set(pos, p.data(), 0, ggml_nbytes(pos));
+    if (pool_rows == nullptr) return;
+    const int64_t n_slots = pool_dst->ne[0], first = n_past / kpool_, last = (n_past + n_rows - 1) / kpool_;
+    std::vector<int64_t> dst(n_slots);
+    std::vector<int32_t> rows(kpool_ * n_slots);
+    for (int64_t i = 0; i < n_slots; ++i) {
+        dst[i] = std::min({first + i, last, n_pooled_ - 1});
+        for (int64_t r = 0; r < kpool_; ++r) rows[i * kpool_ + r] = (int32_t) std::min(dst[i] * kpool_ + r, n_ctx_ - 1);
+    }
+    ggml_backend_tensor_set(pool_rows, rows.data(), 0, ggml_nbytes(pool_rows));
+    ggml_backend_tensor_set(pool_dst, dst.data(), 0, ggml_nbytes(pool_dst));
 }
 
 }  // namespace glm5next

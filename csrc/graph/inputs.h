@@ -41,4 +41,27 @@ struct InputKpoolRows {
     void set_input(const KpoolParams & at) const;
 };
 
+// Where a ubatch of n_rows rows at positions n_past.. writes the caches, as inputs instead of view offsets baked
+// into the graph (llama.cpp's KV indices for ggml_set_rows), so that the graph does not depend on n_past and is
+// reused from step to step (Engine): the rows' positions i64 [n_rows] ("inp_pos") and, once an indexer needs them
+// (add_pools), the pools whose pooled keys the ubatch (re)computes (BlockBuilder::indexer): every pool its rows
+// touch, max_pools_touched slots of them, a slot past the last touched pool repeating it. Per slot: the pool's
+// member rows i32 [kpool, n_slots] ("inp_pool_rows") and its index i64 [n_slots] ("inp_pool_dst"). Pools are
+// clamped to the pooled cache's n_pooled rows and rows to the cache's n_ctx rows: a clamped slot recomputes the
+// last complete pool from the rows it was computed from (the same bytes), or a pool that can never complete.
+struct InputCacheRows {
+    ggml_tensor * pos = nullptr;
+    ggml_tensor * pool_rows = nullptr;
+    ggml_tensor * pool_dst = nullptr;
+    InputCacheRows(ggml_context * ctx, int64_t n_rows);
+    void add_pools(ggml_context * ctx, int64_t kpool, int64_t n_pooled, int64_t n_ctx);
+    void set_input(int64_t n_past) const;
+
+private:
+    int64_t kpool_ = 0, n_pooled_ = 0, n_ctx_ = 0;
+};
+
+// The most pools n_rows consecutive rows touch (wherever they start): ceil((n_rows - 1) / kpool) + 1.
+inline int64_t max_pools_touched(int64_t n_rows, int64_t kpool) { return (n_rows + kpool - 2) / kpool + 1; }
+
 }  // namespace glm5next

@@ -20,12 +20,14 @@ struct LayerCache {
     ggml_tensor * pooled = nullptr;  // full indexer: f32 [idx_head_dim, n_ctx / kpool]
 };
 
-// The caches one graph works on: layers [first_layer, first_layer + n_layers), n_past rows already written.
+// The caches one graph works on: layers [first_layer, first_layer + n_layers) of n_ctx rows, n_past rows already
+// written.
 struct CacheView {
     const LayerCache * layers = nullptr;
     uint32_t first_layer = 0;
     uint32_t n_layers = 0;
     int64_t n_past = 0;
+    int64_t n_ctx = 0;
 
     const LayerCache & layer(uint32_t il) const { return layers[il - first_layer]; }
 };

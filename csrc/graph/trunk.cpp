@@ -5,16 +5,17 @@ namespace glm5next {
 void build_trunk_graph(TrunkGraph & g, ggml_context * ctx, const Model & model, const CacheView & cache,
                        int64_t n_tokens, bool all_logits, bool snapshots) {
     const HParams & hp = model.hp;
-    const int64_t n_past = cache.n_past;
     g.gf = ggml_new_graph_custom(ctx, graph_size(model.hp), false);
-    g.params.kpool = {n_past, hp.idx_kpool, hp.idx_top_k / hp.idx_kpool, hp.idx_select_tail};
+    g.layout = graph_layout(hp, cache.n_ctx, cache.n_past, n_tokens);
+    g.params.kpool = {cache.n_past, hp.idx_kpool, hp.idx_top_k / hp.idx_kpool, hp.idx_select_tail};
     g.params.moe = {hp.n_expert_used, hp.n_expert_groups, hp.n_group_used, hp.expert_weights_norm, hp.expert_weights_scale};
     g.dsa_layers.clear();
     g.selections.clear();
 
     g.inp_tokens.emplace(ctx, GGML_TYPE_I32, n_tokens, 1, "inp_tokens");
+    g.inp_cache_rows.emplace(ctx, n_tokens);
     g.inp_row_scale.emplace(ctx, hp, n_tokens);
-    BlockBuilder b(ctx, g.gf, hp, g.params, n_tokens, n_past, g.inp_row_scale->t, g.inp_kpool_rows);
+    BlockBuilder b(ctx, g.gf, hp, g.params, n_tokens, g.layout, *g.inp_cache_rows, g.inp_row_scale->t, g.inp_kpool_rows);
     g.snapshots.clear();
     if (snapshots) {
         b.keep_snapshots(&g.snapshots);
@@ -68,8 +69,10 @@ void build_trunk_graph(TrunkGraph & g, ggml_context * ctx, const Model & model, 
     ggml_build_forward_expand(g.gf, g.logits);
 }
 
-void TrunkGraph::set_inputs(const int32_t * tokens) const {
+void TrunkGraph::set_inputs(const int32_t * tokens, int64_t n_past) {
+    params.kpool.n_past = n_past;  // what the custom ops read (they point to params)
     inp_tokens->set_input(tokens);
+    inp_cache_rows->set_input(n_past);
     inp_row_scale->set_input(params.kpool);
     if (inp_kpool_rows) inp_kpool_rows->set_input(params.kpool);
 }

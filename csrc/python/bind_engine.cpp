@@ -226,6 +226,8 @@ a pending verify pass or for n_keep out of range.)doc")
             "at the end of the context.")
         .def_property_readonly("n_splits", &Engine::n_splits,
                                "Graph splits of the last graph run (1: every op ran on one device).")
+        .def_property_readonly("n_graphs_built", &Engine::n_graphs_built,
+                               "Graphs built and allocated since load; a ubatch of the last graph's shape reuses it.")
         .def("traffic", [](const Engine & e) {
                 const glm5next::GraphTraffic t = e.traffic();
                 py::dict out;

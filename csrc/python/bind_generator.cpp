@@ -72,17 +72,20 @@ speculation (runtime.md, draft-MTP round). Greedy output is the same with and wi
 output keeps the target distribution (speculative sampling).)doc")
         .def(py::init([](Engine & engine, int n_max, int n_min, float p_min, int index_share, float synthetic_accepted,
                          bool adaptive, float temperature, int top_k, float top_p, float min_p, uint64_t seed,
-                         int n_probs, const std::vector<std::pair<int32_t, float>> & logit_bias) {
+                         int n_probs, const std::vector<std::pair<int32_t, float>> & logit_bias,
+                         std::shared_ptr<DraftLengthPolicy> policy) {
                  std::vector<glm5next::LogitBias> bias;
                  for (const auto & [token, b] : logit_bias) bias.push_back({token, b});
                  return new Generator(engine, {n_max, n_min, p_min, index_share, synthetic_accepted, adaptive},
-                                      {temperature, top_k, top_p, min_p, seed}, n_probs, std::move(bias));
+                                      {temperature, top_k, top_p, min_p, seed}, n_probs, std::move(bias),
+                                      std::move(policy));
              }),
              py::arg("engine"), py::arg("n_max") = 3, py::arg("n_min") = 0, py::arg("p_min") = 0.0f,
              py::arg("index_share") = -1, py::arg("synthetic_accepted") = -1.0f, py::arg("adaptive") = true,
              py::arg("temperature") = 0.8f, py::arg("top_k") = 40, py::arg("top_p") = 0.95f, py::arg("min_p") = 0.05f,
              py::arg("seed") = 0, py::arg("n_probs") = -1,
-             py::arg("logit_bias") = std::vector<std::pair<int32_t, float>>(), py::keep_alive<1, 2>(),
+             py::arg("logit_bias") = std::vector<std::pair<int32_t, float>>(), py::arg("policy") = nullptr,
+             py::keep_alive<1, 2>(),
              "n_max: drafts per round (the most, when adaptive; 0 = no speculation); n_min: shorter drafts are not "
              "verified; p_min: drafting stops below this top probability; index_share: -1 file, 0 off, 1 on; "
              "synthetic_accepted: benchmarks only, a fixed mean number of accepted drafts per round (< 0 = off); "
@@ -92,7 +95,9 @@ output keeps the target distribution (speculative sampling).)doc")
              "without a NextN layer, n_max >= n_batch, or bad sampler settings. n_probs >= 0: "
              "report log-probabilities (probs), with the n_probs most probable tokens'; < 0: none. logit_bias: "
              "[(token id, bias)] added to the logits of every row (a token listed twice gets both; -inf bans it); "
-             "ValueError for an id outside the vocabulary, a NaN or +inf bias.")
+             "ValueError for an id outside the vocabulary, a NaN or +inf bias. policy: the DraftLengthPolicy an adaptive "
+             "generator learns in (shared with earlier generators, so that acceptance and timings carry over "
+             "requests); None: a new one. ValueError for a policy of another n_max or n_min.")
         .def("start",
              [](Generator & g, const std::vector<int32_t> & prompt, bool cache_prompt, const py::object & mask) {
                  mask_array keep;
@@ -166,15 +171,19 @@ output keeps the target distribution (speculative sampling).)doc")
             "the n_probs most probable tokens, most probable first]): natural-log softmax of the raw logits of the "
             "target row that produced it (before the sampler's filters and temperature; csrc/runtime/token_probs.h). "
             "Empty with n_probs < 0.")
+        .def_property_readonly("policy", &Generator::policy,
+                               "The DraftLengthPolicy this generator reports to and asks (None unless adaptive with "
+                               "n_max > 0).")
         .def_property_readonly("stats", [](const Generator & g) { return stats_dict(g.stats()); },
                                "Counters since start(): prompt tokens (and of those resumed from the cache), timings (ms), speculation (n_drafts = rounds "
                                "that carried drafts, n_drafted, n_accepted, acceptance_per_position, drafted_at, "
                                "accepted_at, mean_accepted_length = accepted drafts + 1 per round, rounds_at_length = rounds "
                                "allowed k drafts for k = 0..n_max).");
 
-    py::class_<DraftLengthPolicy>(mod, "DraftLengthPolicy", R"doc(The number of drafts a draft-MTP round should carry:
+    py::class_<DraftLengthPolicy, std::shared_ptr<DraftLengthPolicy>>(mod, "DraftLengthPolicy", R"doc(The number of drafts a draft-MTP round should carry:
 the k that maximizes expected emitted tokens per ms from the round outcomes and timings it is told
-(csrc/runtime/draft_length.h). A Generator with adaptive=True keeps one; this class is its logic alone.)doc")
+(csrc/runtime/draft_length.h). An adaptive Generator reports to one and asks it (Model keeps one per n_max and
+n_min, shared by its generators).)doc")
         .def(py::init<int, int>(), py::arg("n_max"), py::arg("n_min") = 0,
              "n_max: the most drafts (ValueError when < 0); n_min: a positive choice is at least this.")
         .def("choose", &DraftLengthPolicy::choose, py::arg("limit"),
@@ -194,5 +203,7 @@ the k that maximizes expected emitted tokens per ms from the round outcomes and 
         .def("expected_cost", &DraftLengthPolicy::expected_cost, py::arg("k"),
              "Expected ms of a round with k drafts (in one-row verifies before any timing was told).")
         .def_property_readonly("probe_interval", &DraftLengthPolicy::probe_interval,
-                               "Rounds without drafts between probes (doubles while drafting does not pay).");
+                               "Rounds without drafts between probes (doubles while drafting does not pay).")
+        .def_property_readonly("n_max", &DraftLengthPolicy::n_max, "The most drafts a round may carry.")
+        .def_property_readonly("n_min", &DraftLengthPolicy::n_min, "The fewest drafts a positive choice carries.");
 }

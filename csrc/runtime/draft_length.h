@@ -48,6 +48,8 @@ public:
     double expected_tokens(int k) const;
     double expected_cost(int k) const;
     int probe_interval() const { return probe_interval_; }
+    int n_max() const { return n_max_; }
+    int n_min() const { return n_min_; }
 
     static constexpr double kHalfLife = 32.0;  // rounds; ~46 rounds of memory: follows a change of content
     // Rounds between probes while no drafting pays: the most loses ~C(1) - C(0) per kProbeMost rounds (under 0.5%

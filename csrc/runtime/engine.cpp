@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <map>
-#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -14,17 +13,6 @@
 #include "graph/trunk.h"
 
 namespace glm5next {
-
-namespace {
-
-// The per-graph context (tensor and graph metadata only; data lives in the scheduler's compute buffers and the caches).
-struct GraphContext {
-    ggml_context * ctx;
-    explicit GraphContext(std::vector<uint8_t> & meta) : ctx(ggml_init({meta.size(), meta.data(), true})) {}
-    ~GraphContext() { ggml_free(ctx); }
-};
-
-}  // namespace
 
 // A separate draft file must describe the same model: the draft head reads the trunk's hidden states and tokens.
 static const Model & checked_draft_model(const Model & model, const Model * draft) {
@@ -74,10 +62,9 @@ Engine::Engine(const Model & model, const EngineParams & params, const Model * d
     cpu_ = ggml_backend_cpu_init();
     ggml_backend_cpu_set_n_threads(cpu_, params_.n_threads);
     backends_.push_back(cpu_);
-    const size_t n_nodes = graph_size(model.hp);
-    // op_offload off: a weight on the CPU keeps its op on the CPU (placement decides, not batch size).
-    sched_ = ggml_backend_sched_new(backends_.data(), nullptr, (int) backends_.size(), n_nodes, false, false);
-    meta_.resize(ggml_tensor_overhead() * n_nodes * 2 + ggml_graph_overhead_custom(n_nodes, false));
+    graphs_ = std::make_unique<GraphSlot>(backends_, cpu_, graph_size(model.hp));
+    if (draft_cache_) draft_graphs_ = std::make_unique<GraphSlot>(backends_, cpu_, graph_size(model.hp));
+    last_ = graphs_.get();
     reserve();
 }
 
@@ -89,23 +76,30 @@ void Engine::reserve() {
     // max_dense_keys): the scheduler keeps the larger buffers of the two
     const int64_t n_ctx = cache_.n_ctx(), rows = std::min<int64_t>(params_.n_batch, n_ctx);
     const int64_t dense_end = std::min<int64_t>(n_ctx, max_dense_keys(model_.hp));
+    const std::string what = "n_batch = " + std::to_string(params_.n_batch) + " and n_ctx = " + std::to_string(n_ctx);
     for (int64_t n_past : {dense_end - rows, n_ctx - rows}) {
         if (n_past < 0) continue;
         CacheView at = cache_.view();
         at.n_past = n_past;
-        GraphContext gc(meta_);
-        TrunkGraph g;
-        build_trunk_graph(g, gc.ctx, model_, at, rows, true, false);
-        pin_custom_ops(g.gf);
-        if (!ggml_backend_sched_reserve(sched_, g.gf)) {
-            throw std::runtime_error("cannot allocate the compute buffers for n_batch = " +
-                                     std::to_string(params_.n_batch) + " and n_ctx = " + std::to_string(n_ctx));
-        }
+        ggml_context * ctx = nullptr;
+        TrunkGraph & g = graphs_->new_trunk(&ctx);
+        build_trunk_graph(g, ctx, model_, at, rows, true, false);
+        graphs_->reserve(g.gf, what);
+    }
+    if (draft_graphs_) {  // the draft steps' scheduler: kGatherMaxRows rows at the end of the context
+        const int64_t steps = std::min<int64_t>(kGatherMaxRows, n_ctx);
+        CacheView at = draft_cache_->view();
+        at.n_past = n_ctx - steps;
+        ggml_context * ctx = nullptr;
+        DraftGraph & g = draft_graphs_->new_draft(&ctx);
+        build_draft_graph(g, ctx, draft_model_, draft_weights_->layer(), at, steps, false);
+        draft_graphs_->reserve(g.gf, "the draft head's steps and n_ctx = " + std::to_string(n_ctx));
     }
 }
 
 Engine::~Engine() {
-    ggml_backend_sched_free(sched_);
+    graphs_.reset();
+    draft_graphs_.reset();
     for (ggml_backend_t b : backends_) ggml_backend_free(b);
 }
 
@@ -128,7 +122,9 @@ std::vector<DeviceMemory> Engine::memory() const {
         for (const auto & [dev, n] : c->bytes_by_device()) by_dev[dev].caches += n;
     }
     for (ggml_backend_t b : backends_) {
-        by_dev[ggml_backend_get_device(b)].compute += ggml_backend_sched_get_buffer_size(sched_, b);
+        for (const GraphSlot * slot : {graphs_.get(), draft_graphs_.get()}) {
+            if (slot) by_dev[ggml_backend_get_device(b)].compute += ggml_backend_sched_get_buffer_size(slot->sched(), b);
+        }
     }
     std::vector<DeviceMemory> out;  // in the scheduler's order: the placed devices, the CPU last
     for (ggml_backend_t b : backends_) {
@@ -139,33 +135,10 @@ std::vector<DeviceMemory> Engine::memory() const {
     return out;
 }
 
-// This project's custom ops (GGML_OP_CUSTOM: graph/select_ops.h, graph/mhc_ops.h) have CPU kernels only. ggml's
-// RPC device claims to support every op, so supports_op cannot keep them off a device: they are pinned here.
-void Engine::pin_custom_ops(ggml_cgraph * gf) {
-    if (backends_.size() == 1) return;
-    for (int i = 0; i < ggml_graph_n_nodes(gf); ++i) {
-        ggml_tensor * node = ggml_graph_node(gf, i);
-        if (node->op == GGML_OP_CUSTOM) ggml_backend_sched_set_tensor_backend(sched_, node, cpu_);
-    }
-}
-
-void Engine::alloc(ggml_cgraph * gf) {
-    ggml_backend_sched_reset(sched_);
-    pin_custom_ops(gf);
-    const GraphSources sources = profile_traffic_ ? graph_sources(gf) : GraphSources{};
-    if (!ggml_backend_sched_alloc_graph(sched_, gf)) {
-        throw std::runtime_error("cannot allocate the compute buffers of a graph");
-    }
-    bytes_copied_ = profile_traffic_ ? bytes_copied(sched_, sources) : 0;
-}
-
-void Engine::compute(ggml_cgraph * gf) {
-    std::optional<CopyTimer> timer;
-    if (profile_traffic_) timer.emplace(sched_);
-    if (ggml_backend_sched_graph_compute(sched_, gf) != GGML_STATUS_SUCCESS) {
-        throw std::runtime_error("ggml graph computation failed");
-    }
-    copy_seconds_ = timer ? timer->seconds() : -1.0;
+void Engine::profile_traffic(bool on) {
+    profile_traffic_ = on;
+    graphs_->clear();  // a graph allocated with it off did not count its bytes
+    if (draft_graphs_) draft_graphs_->clear();
 }
 
 EvalOutput Engine::eval(const std::vector<int32_t> & tokens, bool logits_all) {
@@ -342,12 +315,20 @@ void Engine::check_tokens(const int32_t * tokens, int64_t n) const {
 std::vector<KdaSnapshots> Engine::eval_ubatch(const int32_t * tokens, int64_t n, bool logits_all, EvalOutput & out,
                                               int64_t row0, bool snapshots) {
     const HParams & hp = model_.hp;
-    GraphContext gc(meta_);
-    TrunkGraph g;
-    build_trunk_graph(g, gc.ctx, model_, cache_.view(), n, logits_all, snapshots);
-    alloc(g.gf);
-    g.set_inputs(tokens);
-    compute(g.gf);
+    const int64_t n_past = cache_.n_past();
+    const GraphShape shape{GraphShape::kTrunk, n, logits_all, snapshots, false,
+                           graph_layout(hp, cache_.n_ctx(), n_past, n)};
+    TrunkGraph * reused = graphs_->trunk(shape);
+    if (reused == nullptr) {
+        ggml_context * ctx = nullptr;
+        reused = &graphs_->new_trunk(&ctx);
+        build_trunk_graph(*reused, ctx, model_, cache_.view(), n, logits_all, snapshots);
+        graphs_->alloc(reused->gf, shape, profile_traffic_);
+    }
+    TrunkGraph & g = *reused;
+    g.set_inputs(tokens, n_past);
+    last_ = graphs_.get();
+    graphs_->compute(profile_traffic_);
 
     ggml_backend_tensor_get(g.hidden, out.hidden.data() + row0 * hp.n_embd, 0, n * hp.n_embd * sizeof(float));
     if (logits_all) {
@@ -366,7 +347,7 @@ std::vector<KdaSnapshots> Engine::eval_ubatch(const int32_t * tokens, int64_t n,
         ggml_backend_tensor_get(g.selections[i], dst.data() + row0 * k, 0, n * k * sizeof(int32_t));
         for (int64_t t = 0; t < n; ++t) canonical_pools(g.params.kpool, dst.data() + (row0 + t) * k, k, t);
     }
-    return std::move(g.snapshots);
+    return g.snapshots;
 }
 
 void Engine::draft_rows(const float * hidden, const int32_t * next_tokens, int64_t n, int64_t pos0,
@@ -389,13 +370,22 @@ void Engine::draft_rows(const float * hidden, const int32_t * next_tokens, int64
     draft_from_trunk_ = from_trunk && draft_from_trunk_ >= pos0 ? pos0 + n : std::min<int64_t>(draft_from_trunk_, pos0);
     for (int64_t row0 = 0; row0 < n; row0 += params_.n_batch) {
         const int64_t m = std::min<int64_t>(params_.n_batch, n - row0);
-        GraphContext gc(meta_);
-        DraftGraph g;
-        build_draft_graph(g, gc.ctx, draft_model_, draft_weights_->layer(), draft_cache_->view(), m,
-                          saved_pools ? saved_p0 : -1);
-        alloc(g.gf);
-        g.set_inputs(hidden + row0 * hp.n_embd, next_tokens + row0, saved_pools);
-        compute(g.gf);
+        const int64_t pos = draft_cache_->n_past();
+        const GraphShape shape{GraphShape::kDraft, m, false, false, saved_pools != nullptr,
+                               graph_layout(draft_model_.hp, draft_cache_->n_ctx(), pos, m)};
+        GraphSlot & slot = m <= kGatherMaxRows ? *draft_graphs_ : *graphs_;
+        DraftGraph * reused = slot.draft(shape);
+        if (reused == nullptr) {
+            ggml_context * ctx = nullptr;
+            reused = &slot.new_draft(&ctx);
+            build_draft_graph(*reused, ctx, draft_model_, draft_weights_->layer(), draft_cache_->view(), m,
+                              saved_pools != nullptr);
+            slot.alloc(reused->gf, shape, profile_traffic_);
+        }
+        DraftGraph & g = *reused;
+        g.set_inputs(hidden + row0 * hp.n_embd, next_tokens + row0, pos, saved_pools, saved_pools ? saved_p0 : -1);
+        last_ = &slot;
+        slot.compute(profile_traffic_);
         draft_cache_->append((uint32_t) m);
         if (row0 + m == n) {  // the inputs are in the graph by now: out may be written, even if hidden is out.z
             out.logits.resize(hp.n_vocab);

@@ -12,6 +12,7 @@
 #include "model/draft_weights.h"
 #include "model/model.h"
 #include "runtime/checkpoints.h"
+#include "runtime/graph_slot.h"
 #include "runtime/seq_cache.h"
 #include "runtime/sequence_state.h"
 #include "runtime/traffic.h"
@@ -124,14 +125,17 @@ public:
     const EngineParams & params() const { return params_; }
 
     bool has_draft_head() const { return draft_cache_ != nullptr; }
-    // Graph splits of the last graph the scheduler ran (1 when every op ran on one device).
-    int n_splits() const { return ggml_backend_sched_get_n_splits(sched_); }
+    // Graph splits of the last graph run (1 when every op ran on one device).
+    int n_splits() const { return ggml_backend_sched_get_n_splits(last_->sched()); }
+    // Graphs built and allocated since load (the one at load not counted): a ubatch of the shape of the graph
+    // before runs that graph again (runtime/graph_slot.h).
+    int64_t n_graphs_built() const { return graphs_->n_built() + (draft_graphs_ ? draft_graphs_->n_built() : 0); }
     // What crossed devices in the last graph: its splits and, if it ran while profile_traffic was on, the bytes
     // copied and the copy time (else 0 and -1).
-    GraphTraffic traffic() const { return {n_splits(), bytes_copied_, copy_seconds_}; }
+    GraphTraffic traffic() const { return {n_splits(), last_->bytes_copied(), last_->copy_seconds()}; }
     // Measures the traffic of every graph run from now on (runtime/traffic.h: each device syncs after every node,
     // so compute is slower while on). For glm5next-bench, not for serving.
-    void profile_traffic(bool on) { profile_traffic_ = on; }
+    void profile_traffic(bool on);
     // Per device that holds weights, caches or compute buffers: the bytes of each (CPU last).
     std::vector<DeviceMemory> memory() const;
     const DraftWeights * draft_weights() const { return draft_weights_.get(); }  // null without a draft head
@@ -141,9 +145,6 @@ public:
 
 private:
     void reserve();
-    void pin_custom_ops(ggml_cgraph * gf);
-    void alloc(ggml_cgraph * gf);
-    void compute(ggml_cgraph * gf);
     void check_tokens(const int32_t * tokens, int64_t n) const;
     void check_no_pending_verify() const;
     // Runs one ubatch of the trunk and reads its outputs into `out` from row row0; returns the KDA snapshots
@@ -165,11 +166,13 @@ private:
     Checkpoints checkpoints_;
     std::vector<ggml_backend_t> backends_;  // the placed devices', then the CPU's
     ggml_backend_t cpu_ = nullptr;
-    ggml_backend_sched_t sched_ = nullptr;
-    std::vector<uint8_t> meta_;  // memory of the per-ubatch graph context (tensor and graph metadata only)
+    // Two schedulers, each keeping its last graph for the next ubatch of its shape (runtime/graph_slot.h): one
+    // for the trunk (and draft-head rows of more than kGatherMaxRows, a prompt's), one for the draft head's
+    // steps, so that a round's verify pass and its draft steps each run on the graph of the round before.
+    std::unique_ptr<GraphSlot> graphs_;
+    std::unique_ptr<GraphSlot> draft_graphs_;  // null without a draft head
+    GraphSlot * last_ = nullptr;  // the one that ran last
     bool profile_traffic_ = false;
-    size_t bytes_copied_ = 0;     // of the last graph, when profiled
-    double copy_seconds_ = -1.0;
 };
 
 }  // namespace glm5next

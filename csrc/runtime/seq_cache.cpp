@@ -83,7 +83,7 @@ void SeqCache::clear() {
 }
 
 CacheView SeqCache::view() const {
-    return CacheView{layers_.data(), first_layer_, (uint32_t) layers_.size(), n_past_};
+    return CacheView{layers_.data(), first_layer_, (uint32_t) layers_.size(), n_past_, n_ctx_};
 }
 
 void SeqCache::append(uint32_t n) {

@@ -29,7 +29,7 @@ float top_probability(const float * logits, int64_t n_vocab) {
 }  // namespace
 
 Generator::Generator(Engine & engine, const SpecParams & spec, const SamplerParams & sampling, int n_probs,
-                     std::vector<LogitBias> logit_bias)
+                     std::vector<LogitBias> logit_bias, std::shared_ptr<DraftLengthPolicy> policy)
     : engine_(engine), spec_(spec), sampler_(sampling), n_probs_(n_probs), logit_bias_(std::move(logit_bias)) {
     check_logit_bias(logit_bias_, engine.n_vocab());
     if (spec_.n_max < 0 || spec_.n_max + 1 > (int) engine.params().n_batch) {
@@ -38,7 +38,14 @@ Generator::Generator(Engine & engine, const SpecParams & spec, const SamplerPara
     if (spec_.n_max > 0) {
         const bool share = spec_.index_share < 0 ? engine.index_share_mtp() : spec_.index_share > 0;
         chain_ = std::make_unique<DraftChain>(engine, share);
-        if (spec_.adaptive) policy_ = std::make_unique<DraftLengthPolicy>(spec_.n_max, spec_.n_min);
+        if (spec_.adaptive) {
+            if (policy && (policy->n_max() != spec_.n_max || policy->n_min() != std::max(spec_.n_min, 0))) {
+                throw std::invalid_argument("draft length policy for n_max " + std::to_string(policy->n_max()) +
+                                            ", n_min " + std::to_string(policy->n_min()) + ": the generator has n_max " +
+                                            std::to_string(spec_.n_max) + ", n_min " + std::to_string(spec_.n_min));
+            }
+            policy_ = policy ? std::move(policy) : std::make_shared<DraftLengthPolicy>(spec_.n_max, spec_.n_min);
+        }
     }
 }
 

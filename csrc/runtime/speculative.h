@@ -59,8 +59,11 @@ public:
     // < 0: none.
     // logit_bias: added to the logits of every target row (and of every draft step, so that drafts follow it),
     // checked by check_logit_bias (std::invalid_argument).
+    // policy: the draft length policy an adaptive generator reports to and asks (spec.adaptive with n_max > 0), so
+    // that what it learned of acceptance and timings outlives one request (Model keeps one per n_max, n_min); null:
+    // a new one. Throws std::invalid_argument for a policy of another n_max or n_min.
     Generator(Engine & engine, const SpecParams & spec, const SamplerParams & sampling, int n_probs = -1,
-              std::vector<LogitBias> logit_bias = {});
+              std::vector<LogitBias> logit_bias = {}, std::shared_ptr<DraftLengthPolicy> policy = nullptr);
 
     // Evaluates `prompt` and samples the first token, which it returns. With `cache_prompt` the sequence keeps the
     // longest prefix of the prompt it can resume from (Engine::resume) and evaluates only the rest; without, it
@@ -119,6 +122,8 @@ public:
     const std::vector<TokenProbs> & probs() const { return probs_; }
 
     const SpecStats & stats() const { return stats_; }
+    // The draft length policy this generator reports to (null unless adaptive with n_max > 0).
+    const std::shared_ptr<DraftLengthPolicy> & policy() const { return policy_; }
 
 private:
     struct Draft {
@@ -165,8 +170,8 @@ private:
     std::vector<int32_t> pending_x_;
     int64_t pending_pos_ = 0;
     // Adaptive draft lengths (spec_.adaptive with a draft head): told every round's outcome and timings
-    // (observe_round), asked each round's length (begin_draft).
-    std::unique_ptr<DraftLengthPolicy> policy_;
+    // (observe_round), asked each round's length (begin_draft); may be shared with earlier generators.
+    std::shared_ptr<DraftLengthPolicy> policy_;
     bool chain_began_ = false;   // this round ran step 0 (the pending draft-head rows were written)
     int64_t began_rows_ = 0;     // the draft-head rows step 0 wrote
     double first_ms_ = 0, next_ms_ = 0, between_ms_ = -1;  // this round's step 0, later steps, time before it

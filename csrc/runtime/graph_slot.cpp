@@ -1,0 +1,90 @@
+#include "runtime/graph_slot.h"
+
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+#include "runtime/traffic.h"
+
+namespace glm5next {
+
+GraphSlot::GraphSlot(std::vector<ggml_backend_t> & backends, ggml_backend_t cpu, size_t n_nodes)
+    : cpu_(cpu), several_(backends.size() > 1),
+      meta_(ggml_tensor_overhead() * n_nodes * 2 + ggml_graph_overhead_custom(n_nodes, false)) {
+    // op_offload off: a weight on the CPU keeps its op on the CPU (placement decides, not batch size).
+    sched_ = ggml_backend_sched_new(backends.data(), nullptr, (int) backends.size(), n_nodes, false, false);
+}
+
+GraphSlot::~GraphSlot() {
+    clear();
+    ggml_backend_sched_free(sched_);
+}
+
+void GraphSlot::clear() {
+    trunk_.reset();
+    draft_.reset();
+    shape_ = GraphShape{};
+    gf_ = nullptr;
+    if (ctx_ != nullptr) ggml_free(ctx_);
+    ctx_ = nullptr;
+}
+
+ggml_context * GraphSlot::begin() {
+    clear();
+    ctx_ = ggml_init({meta_.size(), meta_.data(), true});
+    return ctx_;
+}
+
+TrunkGraph & GraphSlot::new_trunk(ggml_context ** ctx) {
+    *ctx = begin();
+    trunk_ = std::make_unique<TrunkGraph>();
+    return *trunk_;
+}
+
+DraftGraph & GraphSlot::new_draft(ggml_context ** ctx) {
+    *ctx = begin();
+    draft_ = std::make_unique<DraftGraph>();
+    return *draft_;
+}
+
+// This project's custom ops (GGML_OP_CUSTOM: graph/select_ops.h, graph/mhc_ops.h) have CPU kernels only. ggml's
+// RPC device claims to support every op, so supports_op cannot keep them off a device: they are pinned here.
+void GraphSlot::pin_custom_ops(ggml_cgraph * gf) {
+    if (!several_) return;
+    for (int i = 0; i < ggml_graph_n_nodes(gf); ++i) {
+        ggml_tensor * node = ggml_graph_node(gf, i);
+        if (node->op == GGML_OP_CUSTOM) ggml_backend_sched_set_tensor_backend(sched_, node, cpu_);
+    }
+}
+
+void GraphSlot::reserve(ggml_cgraph * gf, const std::string & what) {
+    pin_custom_ops(gf);
+    const bool ok = ggml_backend_sched_reserve(sched_, gf);
+    clear();
+    if (!ok) throw std::runtime_error("cannot allocate the compute buffers for " + what);
+}
+
+void GraphSlot::alloc(ggml_cgraph * gf, const GraphShape & shape, bool profile) {
+    ++n_built_;
+    ggml_backend_sched_reset(sched_);
+    pin_custom_ops(gf);
+    const GraphSources sources = profile ? graph_sources(gf) : GraphSources{};
+    if (!ggml_backend_sched_alloc_graph(sched_, gf)) {
+        clear();
+        throw std::runtime_error("cannot allocate the compute buffers of a graph");
+    }
+    bytes_copied_ = profile ? glm5next::bytes_copied(sched_, sources) : 0;
+    gf_ = gf;
+    shape_ = shape;
+}
+
+void GraphSlot::compute(bool profile) {
+    std::optional<CopyTimer> timer;
+    if (profile) timer.emplace(sched_);
+    if (ggml_backend_sched_graph_compute(sched_, gf_) != GGML_STATUS_SUCCESS) {
+        throw std::runtime_error("ggml graph computation failed");
+    }
+    copy_seconds_ = timer ? timer->seconds() : -1.0;
+}
+
+}  // namespace glm5next

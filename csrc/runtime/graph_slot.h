@@ -1,0 +1,86 @@
+// A scheduler and the graph it holds allocated, kept for the next ubatch of the same shape (llama.cpp's graph
+// reuse: llm_graph_result::can_reuse, then only set_inputs): a decode step, a draft step or a verify pass of the
+// shape before runs the graph as it was built and allocated, with only its inputs set (graph/inputs.h).
+// Measured before reuse (bundled model q8_0, -t 1, decode): building the graph took ~160 us and allocating it
+// ~165 us of a ~1.1 ms step; on the bench preset ~330 + ~275 us of a ~13.5 ms step.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ggml-backend.h"
+#include "ggml.h"
+#include "graph/blocks.h"
+#include "graph/draft_head.h"
+#include "graph/trunk.h"
+
+namespace glm5next {
+
+// Everything a graph's structure depends on (the rest are inputs): which graph, its rows, its flags, its layout.
+struct GraphShape {
+    enum Kind { kNone, kTrunk, kDraft } kind = kNone;
+    int64_t n_rows = 0;
+    bool all_logits = false;  // trunk: logits of every row
+    bool snapshots = false;   // trunk: per-row KDA snapshots (a verify pass)
+    bool shared = false;      // draft: the row attends a reused selection
+    GraphLayout layout;
+    bool operator==(const GraphShape & o) const {
+        return kind == o.kind && n_rows == o.n_rows && all_logits == o.all_logits && snapshots == o.snapshots &&
+               shared == o.shared && layout == o.layout;
+    }
+};
+
+class GraphSlot {
+public:
+    // A scheduler over `backends` (placement order, `cpu` last) for graphs of up to n_nodes nodes.
+    GraphSlot(std::vector<ggml_backend_t> & backends, ggml_backend_t cpu, size_t n_nodes);
+    ~GraphSlot();
+    GraphSlot(const GraphSlot &) = delete;
+    GraphSlot & operator=(const GraphSlot &) = delete;
+
+    // The graph of `shape` when the slot holds it (still allocated: nothing else ran here since), else null.
+    TrunkGraph * trunk(const GraphShape & shape) { return shape_ == shape ? trunk_.get() : nullptr; }
+    DraftGraph * draft(const GraphShape & shape) { return shape_ == shape ? draft_.get() : nullptr; }
+
+    // Drops what the slot holds and returns an empty graph with the context to build it in, for alloc or reserve.
+    TrunkGraph & new_trunk(ggml_context ** ctx);
+    DraftGraph & new_draft(ggml_context ** ctx);
+
+    // Sizes the compute buffers for gf (a graph just built here), then drops it. Throws std::runtime_error when a
+    // device cannot hold them, saying `what`.
+    void reserve(ggml_cgraph * gf, const std::string & what);
+    // Allocates gf (a graph just built here), which the slot then holds as the graph of `shape`; with `profile`
+    // counts the bytes it copies between devices. Throws std::runtime_error when allocation fails.
+    void alloc(ggml_cgraph * gf, const GraphShape & shape, bool profile);
+    // Runs the graph the slot holds (after its inputs were set); with `profile` times the copies between devices.
+    void compute(bool profile);
+
+    // Forget the graph (the next ubatch builds and allocates one).
+    void clear();
+
+    ggml_backend_sched_t sched() const { return sched_; }
+    int64_t n_built() const { return n_built_; }  // graphs allocated here
+    size_t bytes_copied() const { return bytes_copied_; }  // by the graph held, when allocated with profile
+    double copy_seconds() const { return copy_seconds_; }  // in its last run, when profiled; else -1
+
+private:
+    ggml_context * begin();
+    void pin_custom_ops(ggml_cgraph * gf);
+
+    ggml_backend_sched_t sched_ = nullptr;
+    ggml_backend_t cpu_;
+    bool several_ = false;  // more than one backend
+    std::vector<uint8_t> meta_;  // the graph context's memory (tensor and graph metadata only)
+    ggml_context * ctx_ = nullptr;
+    ggml_cgraph * gf_ = nullptr;
+    GraphShape shape_;
+    std::unique_ptr<TrunkGraph> trunk_;
+    std::unique_ptr<DraftGraph> draft_;
+    int64_t n_built_ = 0;
+    size_t bytes_copied_ = 0;
+    double copy_seconds_ = -1.0;
+};
+
+}  // namespace glm5next
