@@ -89,15 +89,22 @@ def llama_cpp_logits(gguf_path: Path, tokens: list[int]) -> np.ndarray:
     return out
 
 
-def hf_trunk(ckpt: Path, tokens: list[int]) -> tuple[np.ndarray, np.ndarray, dict[int, list[set[int]]]]:
+def hf_trunk(ckpt: Path, tokens: list[int], exact: bool = False) -> tuple[np.ndarray, np.ndarray,
+                                                                         dict[int, list[set[int]]]]:
     """transformers 5.23 on the trunk: logits [n, n_vocab], post-norm hidden [n, n_embd] and, per full-indexer
-    layer, the set of key rows each query row selects (the indexer's own output, captured by a hook)."""
+    layer, the set of key rows each query row selects (the indexer's own output, captured by a hook). In float32,
+    or with `exact` in float64 (the yardstick of fp32 rounding; eager experts: torch's grouped_mm has no float64),
+    whose arrays are float64."""
     import torch
     from transformers import Glm5NextForConditionalGeneration
     from transformers.utils import logging
 
     logging.set_verbosity_error()
-    model = Glm5NextForConditionalGeneration.from_pretrained(ckpt, dtype=torch.float32, attn_implementation="sdpa")
+    if exact:
+        model = Glm5NextForConditionalGeneration.from_pretrained(ckpt, dtype=torch.float64, attn_implementation="sdpa",
+                                                                 experts_implementation="eager")
+    else:
+        model = Glm5NextForConditionalGeneration.from_pretrained(ckpt, dtype=torch.float32, attn_implementation="sdpa")
     selections: dict[int, list[set[int]]] = {}
     hooks = []
     for il, layer in enumerate(model.model.language_model.layers):

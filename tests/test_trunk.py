@@ -63,14 +63,25 @@ def test_selected_rows_match_transformers(case):
     assert len(want_sel[il][-1]) < len(tokens) - 1
 
 
-# ggml computes a many-row product with a blocked GEMM and a one-row product with dot products, so logits of a
-# ubatch split differ from the whole in the last bits (fp32 summation order); the selections are identical.
-SPLIT_BOUND = 3e-5
+# ggml computes a many-row product with a blocked GEMM (tinyBLAS) and the rows of a ubatch of up to 16 with dot
+# products (BlockBuilder::mm), so the logits of a ubatch split differ from the whole prompt's in the last bits (fp32
+# summation order); the selections are identical. Which of the two is closer to the exact logits (transformers in
+# float64) varies from row to row, so the claim is that a split is as accurate as fp32 is: no farther from the
+# exact logits than twice transformers' own float32 logits are (at most F32_BOUND). Measured on an AVX2 machine, off
+# float64: transformers' float32 1.7e-5..9.1e-5 per case, the whole prompt 0.9e-5..3.9e-5, the splits 1.0e-5..4.8e-5,
+# and the split and the whole up to 3.6e-5 apart (kpool8-sparse, row 192 of 263, where the whole prompt and
+# transformers' float32 are both 3.3e-5 off and the split 6.8e-6).
+
+
+@pytest.fixture(scope="module")
+def exact_logits(case):
+    ckpt, _, tokens, _ = case
+    return hf_trunk(ckpt, tokens, exact=True)[0]
 
 
 @pytest.mark.parametrize("split", ["one", "ubatch7", "token"])
-def test_ubatch_split_gives_the_same_numbers(case, split):
-    _, path, tokens, _ = case
+def test_a_ubatch_split_selects_the_same_rows_with_fp32_accurate_logits(case, exact_logits, split):
+    _, path, tokens, (want_logits, _, _) = case
     whole = load(path)
     ref = whole.eval(tokens, logits_all=True)
     ref_sel = {il: whole.selected_positions(il) for il in whole.dsa_layers}
@@ -85,7 +96,12 @@ def test_ubatch_split_gives_the_same_numbers(case, split):
     else:
         got = m.eval(tokens, logits_all=True)
         sel = {il: m.selected_positions(il) for il in m.dsa_layers}
-    assert np.abs(got - ref).max() <= (0 if split == "one" else SPLIT_BOUND)
+    if split == "one":
+        assert np.array_equal(got, ref)
+    else:
+        fp32_error = np.abs(want_logits - exact_logits).max()
+        assert fp32_error <= F32_BOUND  # the yardstick is sound (finite, the trunk's own bound)
+        assert np.abs(got - exact_logits).max() <= min(2 * fp32_error, F32_BOUND)
     assert sel == ref_sel
 
 
