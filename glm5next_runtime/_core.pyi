@@ -113,9 +113,9 @@ class Engine:
     """
     The trunk of one sequence: caches sized for n_ctx rows, evaluated in ubatches.
     """
-    def __init__(self, model: Model, n_ctx: typing.SupportsInt | typing.SupportsIndex = 4096, n_batch: typing.SupportsInt | typing.SupportsIndex = 512, n_threads: typing.SupportsInt | typing.SupportsIndex = 0, draft_type: str = 'auto', draft_model: Model = None, n_checkpoints: typing.SupportsInt | typing.SupportsIndex = 32, checkpoint_every: typing.SupportsInt | typing.SupportsIndex = 8192) -> None:
+    def __init__(self, model: Model, n_ctx: typing.SupportsInt | typing.SupportsIndex = 4096, n_batch: typing.SupportsInt | typing.SupportsIndex = 512, n_threads: typing.SupportsInt | typing.SupportsIndex = 0, draft_type: str = 'auto', draft_model: Model = None, n_checkpoints: typing.SupportsInt | typing.SupportsIndex = 32, checkpoint_every: typing.SupportsInt | typing.SupportsIndex = 8192, n_verify_rows: typing.SupportsInt | typing.SupportsIndex = 4) -> None:
         """
-        Engine(model: _core.Model, n_ctx: int, n_batch: int, n_threads: int = 0 (all cores), draft_type: str = 'auto' (the draft layer as stored) | 'q8_0' | 'q4_0' (requantized at load), draft_model: _core.Model | None (a separate --mtp-only file with the NextN layer), n_checkpoints: context checkpoints kept (llama-server's --ctx-checkpoints; 0 = none), checkpoint_every: while prefilling, a checkpoint each time n_past crosses a multiple of it (tokens)).
+        Engine(model: _core.Model, n_ctx: int, n_batch: int, n_threads: int = 0 (all cores), draft_type: str = 'auto' (the draft layer as stored) | 'q8_0' | 'q4_0' (requantized at load), draft_model: _core.Model | None (a separate --mtp-only file with the NextN layer), n_checkpoints: context checkpoints kept (llama-server's --ctx-checkpoints; 0 = none), checkpoint_every: while prefilling, a checkpoint each time n_past crosses a multiple of it (tokens), n_verify_rows: the rows of verify passes and draft steps the compute buffers are sized for at load (draft n_max + 1; longer ones grow them on first use)).
         Raises ValueError for a draft-only file as model, n_ctx / n_batch / checkpoint_every of 0, a bad draft_type, or a draft file that does not fit the model.
         """
     def checkpoint_stats(self) -> dict:
@@ -368,6 +368,10 @@ class DraftLengthPolicy:
     def acceptance(self, j: typing.SupportsInt | typing.SupportsIndex) -> float:
         """
         Estimated acceptance of draft j (1-based) given drafts 1..j-1 were accepted.
+        """
+    def can_pay(self) -> bool:
+        """
+        False once measured costs say no acceptance could make drafting pay (an adaptive Generator then decodes as without speculation until its next start()); True before step 0 and verify passes of 1 and 2 rows were timed 3 times each.
         """
     def choose(self, limit: typing.SupportsInt | typing.SupportsIndex) -> int:
         """

@@ -123,7 +123,8 @@ class Model:
                 raise ValueError(f"{name} = {value}: must be >= 1")
         if ctx_checkpoints < 0:
             raise ValueError(f"ctx_checkpoints = {ctx_checkpoints}: must be >= 0")
-        self._engine_args = dict(n_checkpoints=ctx_checkpoints, checkpoint_every=checkpoint_every)
+        self._engine_args = dict(n_checkpoints=ctx_checkpoints, checkpoint_every=checkpoint_every,
+                                 n_verify_rows=max(draft_n_max, 0) + 1)
         # checked before ggml's client sees them: it aborts on a bad endpoint
         _core.add_rpc_servers([rpc] if isinstance(rpc, str) else list(rpc))
         self._files = (os.fspath(path), os.fspath(draft_model) if draft_model else None, list(override_kv))
@@ -167,6 +168,8 @@ class Model:
         other.spec = dict(self.spec)
         other._engine = self._new_engine()
         other._last = None
+        # its own: slots generate at once on threads of their own, and a policy is told every round's timings
+        other._draft_length_policies = {}
         return other
 
     def unload(self) -> None:
@@ -401,10 +404,11 @@ class Model:
                                policy=self._draft_length_policy(spec) if synthetic_accepted < 0 else None)
 
     def _draft_length_policy(self, spec: dict) -> _core.DraftLengthPolicy | None:
-        """The draft length policy of adaptive generators with spec's n_max and n_min: one per pair for the model's
-        life, so that what a request learned of acceptance and of this machine's timings carries over to the next
-        (a new policy per request relearned from its prior: ~2% of a short reply, issue 15). None without
-        adaptive drafting."""
+        """The draft length policy of adaptive generators with spec's n_max and n_min: one per pair for this
+        sequence's life, so that what a request learned of acceptance and of this machine's timings carries over to
+        the next (a new policy per request relearned from its prior: ~2% of a short reply, issue 15). Not shared
+        with another_sequence's (a server's slots run at once; the C++ policy has no lock). None without adaptive
+        drafting."""
         if not spec["adaptive"] or spec["n_max"] <= 0:
             return None
         key = (spec["n_max"], max(spec["n_min"], 0))

@@ -88,6 +88,34 @@ def test_n_max_below_zero_is_refused():
         policy(n_max=-1)
 
 
+def timed(p, rounds, verify_1, verify_2, first):
+    """`rounds` rounds without drafts and as many of one accepted draft, with these costs (ms)."""
+    for _ in range(rounds):
+        p.observe(0, 0, 1, 0, 0.0, 0.0, verify_1)
+        p.observe(1, 1, 2, 1, first, 0.0, verify_2)
+
+
+def test_drafting_that_could_not_pay_even_if_always_accepted_is_given_up():
+    """The bundled model at -t 1: a second verify row costs ~0.9 of the first, so no k pays even fully accepted
+    (k = 1: 2 tokens in 2.1 ms against 1 in 1.0). Judged once step 0 and both verify sizes were timed 3 times."""
+    p = policy()
+    assert p.can_pay()  # nothing measured: the prior
+    timed(p, 2, 1.0, 1.9, 0.2)
+    assert p.can_pay()
+    timed(p, 1, 1.0, 1.9, 0.2)
+    assert not p.can_pay()
+    # 3 rows, never verified: the line through 1 row (1.0 ms) and 2 rows (1.9 ms); a later step: the prior 0.25
+    assert p.expected_cost(2) == pytest.approx(0.2 + 0.25 + 2.8)
+
+
+def test_drafting_that_pays_when_accepted_is_kept_even_while_rejected():
+    p = policy()
+    timed(p, 3, 1.0, 1.2, 0.2)
+    for _ in range(20):
+        p.observe(1, 0, 2, 1, 0.2, 0.0, 1.2)  # rejected: not worth drafting now, but it could pay
+    assert p.choose(3) == 0 and p.can_pay()
+
+
 @pytest.fixture(params=["tiny", "predictable"])
 def model(request, checkpoints):
     """f32 files: "tiny" (random weights: drafts rejected, so the rounds go to 0 drafts and probes) and
@@ -134,10 +162,51 @@ def test_a_models_adaptive_generators_share_what_they_learned(model, request):
     assert model.generator(n_max=0).policy is None
 
 
+def test_each_sequence_learns_on_its_own(model):
+    """Model.another_sequence (a server's slot) has its own policies: slots generate at once, on threads of their
+    own, and a policy is told every round's timings."""
+    other = model.another_sequence()
+    generate(model, random_tokens(80, seed=4), 100, adaptive=True)
+    assert model.generator(temperature=0).policy.acceptance(1) != pytest.approx(0.5)
+    assert other.generator(temperature=0).policy is not model.generator(temperature=0).policy
+    assert other.generator(temperature=0).policy.acceptance(1) == pytest.approx(0.5)  # the prior
+
+
 def test_a_policy_of_another_length_is_refused(model):
     from glm5next_runtime import _core
     with pytest.raises(ValueError, match="n_max 2"):
         _core.Generator(model._engine, n_max=3, policy=_core.DraftLengthPolicy(2))
+
+
+def test_a_generator_whose_policy_cannot_pay_decodes_as_without_speculation(model):
+    """No drafts, no probes and no draft-head rows (draft_ms 0), the tokens of plain decoding; a later request
+    that drafts resumes where the draft head's rows end and drafts as a fresh sequence does."""
+    prompt = random_tokens(80, seed=6)
+    plain, _ = generate(model, prompt, 60, n_max=0)
+    generate(model, prompt[:50], 5, adaptive=False)  # draft-head rows for the first 50 positions and more
+    timed(model.generator(temperature=0).policy, 3, 1.0, 1.9, 0.2)  # the model's policy for n_max 3
+    g = model.generator(temperature=0)
+    dormant = [g.start(prompt, cache_prompt=True)]  # resumes at 50 (the rows after it are the other request's)
+    while len(dormant) < 60:
+        dormant += g.step(max_tokens=60 - len(dormant))
+    g.finish()
+    stats = g.stats
+    assert stats["n_cached_tokens"] == 50 and dormant == plain
+    assert stats["n_drafted"] == 0 and stats["draft_ms"] == 0.0 and stats["rounds_at_length"][1:] == [0, 0, 0]
+    whole = prompt + dormant
+
+    def drafts(cache_prompt):
+        g = model.generator(n_max=3, adaptive=False, temperature=0, seed=0)
+        g.start(whole, cache_prompt=cache_prompt)
+        out = []
+        for _ in range(4):
+            out.append(list(g.draft()))
+            g.verify(len(out[-1]))
+        return out, g.stats["n_cached_tokens"]
+
+    (resumed, n_cached), (fresh, _) = drafts(True), drafts(False)
+    assert resumed == fresh
+    assert 0 < n_cached <= 50  # the dormant request wrote no draft-head rows to resume from
 
 
 def test_rows_deferred_by_rounds_without_drafts_are_written(model):
@@ -182,11 +251,11 @@ def test_seeded_sampling_drafts_n_max_every_round_and_reproduces(model):
 
 def test_unseeded_sampling_adapts(model, request):
     """Without a seed nothing is to be reproduced: the lengths adapt, as they do with a seed when asked. On "tiny"
-    drafts are rejected, so rounds go to no drafts; on "predictable" they stay long."""
+    drafts are rejected, so rounds go to no drafts. (Whether accepted drafts pay on these f32 files depends on this
+    machine's timings: a draft step costs about a verify pass there, so no claim on "predictable".)"""
     prompt = random_tokens(40, seed=12)
     for kw in ({}, {"seed": 3, "adaptive": True}):
+        assert model.generator(temperature=0.8, **kw).policy is not None
         rounds = sample(model, prompt, 80, **kw)[1]["rounds_at_length"]
         if request.node.callspec.params["model"] == "tiny":
             assert rounds[0] > 1
-        else:
-            assert rounds[3] > rounds[0]

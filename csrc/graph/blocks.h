@@ -97,6 +97,16 @@ public:
         : ctx(ctx), gf(gf), hp(hp), params(params), T(n_rows), layout(layout), cache_rows(cache_rows),
           row_scale(row_scale), kpool_inputs(kpool_inputs) {}
 
+    // A builder for the ubatch's last n rows, for blocks that read and write no cache (rms, mm, the FFN and MoE):
+    // where only those rows' outputs are read, the rows before them stop at the cache rows they wrote
+    // (llama.cpp's inp_out_ids).
+    BlockBuilder last_rows(int64_t n) const {
+        BlockBuilder b = *this;
+        b.T = n;
+        b.row_scale = nullptr;
+        return b;
+    }
+
     // Keep per-row KDA snapshots in `out` (verify passes).
     void keep_snapshots(std::vector<KdaSnapshots> * out) { snapshots = out; }
 

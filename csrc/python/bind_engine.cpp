@@ -148,25 +148,26 @@ void bind_engine(py::module_ & mod) {
     py::class_<Engine>(mod, "Engine", R"doc(The trunk of one sequence: caches sized for n_ctx rows, evaluated in ubatches.)doc")
         .def(py::init([](const Model & model, uint32_t n_ctx, uint32_t n_batch, int n_threads,
                          const std::string & draft_type, const Model * draft_model, uint32_t n_checkpoints,
-                         uint32_t checkpoint_every) {
+                         uint32_t checkpoint_every, uint32_t n_verify_rows) {
                  if (model.draft_only) {
                      throw std::invalid_argument(model.path + ": a draft-only (--mtp-only) file has no trunk to run");
                  }
                  if (n_ctx == 0) throw std::invalid_argument("n_ctx must be >= 1");
                  return new Engine(model,
                                    EngineParams{n_ctx, n_batch, n_threads, glm5next::draft_type_from_name(draft_type),
-                                                n_checkpoints, checkpoint_every},
+                                                n_checkpoints, checkpoint_every, n_verify_rows},
                                    draft_model);
              }),
              py::arg("model"), py::arg("n_ctx") = 4096, py::arg("n_batch") = 512, py::arg("n_threads") = 0,
              py::arg("draft_type") = "auto", py::arg("draft_model") = nullptr, py::arg("n_checkpoints") = 32,
-             py::arg("checkpoint_every") = 8192, py::keep_alive<1, 2>(),
+             py::arg("checkpoint_every") = 8192, py::arg("n_verify_rows") = 4, py::keep_alive<1, 2>(),
              py::keep_alive<1, 7>(),
              "Engine(model: _core.Model, n_ctx: int, n_batch: int, n_threads: int = 0 (all cores), draft_type: str "
              "= 'auto' (the draft layer as stored) | 'q8_0' | 'q4_0' (requantized at load), draft_model: _core.Model | "
              "None (a separate --mtp-only file with the NextN layer), n_checkpoints: context checkpoints kept "
              "(llama-server's --ctx-checkpoints; 0 = none), checkpoint_every: while prefilling, a checkpoint each "
-             "time n_past crosses a multiple of it (tokens)).\n"
+             "time n_past crosses a multiple of it (tokens), n_verify_rows: the rows of verify passes and draft steps "
+             "the compute buffers are sized for at load (draft n_max + 1; longer ones grow them on first use)).\n"
              "Raises ValueError for a draft-only file as model, n_ctx / n_batch / checkpoint_every of 0, a bad "
              "draft_type, or a draft file that does not fit the model.")
         .def("checkpoint_stats", [](const Engine & e) {

@@ -198,6 +198,10 @@ n_min, shared by its generators).)doc")
              "Deferred draft-head rows written without drafting: n_rows of them in ms.")
         .def("acceptance", &DraftLengthPolicy::acceptance, py::arg("j"),
              "Estimated acceptance of draft j (1-based) given drafts 1..j-1 were accepted.")
+        .def("can_pay", &DraftLengthPolicy::can_pay,
+             "False once measured costs say no acceptance could make drafting pay (an adaptive Generator then "
+             "decodes as without speculation until its next start()); True before step 0 and verify passes of 1 "
+             "and 2 rows were timed 3 times each.")
         .def("expected_tokens", &DraftLengthPolicy::expected_tokens, py::arg("k"),
              "Expected tokens a round with k drafts emits.")
         .def("expected_cost", &DraftLengthPolicy::expected_cost, py::arg("k"),

@@ -85,8 +85,21 @@ double DraftLengthPolicy::verify_cost(int rows) const {
     if (n == 0) return prior(rows);
     if (n == 1) return sv * prior(rows) / prior(sr);  // the one basis row count r = sr, its time sv
     const double slope = std::max(0.0, (n * srv - sr * sv) / (n * srr - sr * sr));
-    const double at1 = (sv - slope * sr) / n;
-    return std::max(at1 + slope * (rows - 1), 0.5 * sv / n);
+    const double at0 = (sv - slope * sr) / n;  // the line's value at 0 rows
+    return std::max(at0 + slope * rows, 0.5 * sv / n);
+}
+
+bool DraftLengthPolicy::can_pay() const {
+    if (n_max_ < 1 || first_ms_.count() < kTrusted || verify_ms_[0].count() < kTrusted ||
+        verify_ms_[1].count() < kTrusted) {
+        return true;
+    }
+    const double between = std::max(between_ms_.get(), 0.0);
+    const double plain_rate = 1.0 / (verify_cost(1) + between);
+    for (int k = std::max(1, n_min_); k <= n_max_; ++k) {
+        if ((k + 1) / expected_cost(k) > plain_rate) return true;
+    }
+    return false;
 }
 
 double DraftLengthPolicy::expected_cost(int k) const {
@@ -141,8 +154,14 @@ void DraftLengthPolicy::observe(int n_drafted, int n_accepted, int verify_rows, 
         if (n_accepted >= j) kept_[j - 1] += 1.0;
     }
     // step 0 writes the rows the last round accepted; after rounds without drafts it writes their deferred rows
-    // too, a cost that belongs to those rounds (observe_rows), not to drafting
-    if (n_drafted > 0 && pending_rows <= n_max_ + 1) first_ms_.add(first_ms);
+    // too, a cost that belongs to those rounds (observe_rows), not to drafting: taken off at the measured cost of
+    // a deferred row (a probe's step 0 is then the only measure of step 0 while drafting does not pay)
+    if (n_drafted > 0 && pending_rows <= n_max_ + 1) {
+        first_ms_.add(first_ms);
+    } else if (n_drafted > 0 && row_ms_.get() >= 0) {
+        const double own = first_ms - double(pending_rows - 1) * row_ms_.get();
+        if (own > 0) first_ms_.add(own);
+    }
     if (n_drafted > 1) next_ms_.add(next_ms / (n_drafted - 1));
     if (verify_rows >= 1 && verify_rows <= n_max_ + 1) verify_ms_[verify_rows - 1].add(verify_ms);
     // the caller's own time per round (detokenizing, streaming): the same for every k, but it weighs against

@@ -45,6 +45,12 @@ public:
     // expected tokens per round E(k) and the expected cost C(k) in ms (in units of a one-row verify before any
     // timing was reported).
     double acceptance(int j) const;
+    // False once the measured costs say that no acceptance could make drafting pay: even if every draft were
+    // accepted, each k in [max(1, n_min), n_max] would emit fewer tokens per ms than rounds without drafts and
+    // without draft-head rows (plain decoding). Judged only when step 0 and verify passes of one and two rows have
+    // kTrusted timings each; true before. (Bundled model q8_0 at -t 1: a second verify row costs ~0.9 of the first,
+    // so even k = 3 fully accepted emits ~0.9x plain decoding's tokens per ms.)
+    bool can_pay() const;
     double expected_tokens(int k) const;
     double expected_cost(int k) const;
     int probe_interval() const { return probe_interval_; }

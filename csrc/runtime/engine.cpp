@@ -62,9 +62,8 @@ Engine::Engine(const Model & model, const EngineParams & params, const Model * d
     cpu_ = ggml_backend_cpu_init();
     ggml_backend_cpu_set_n_threads(cpu_, params_.n_threads);
     backends_.push_back(cpu_);
-    graphs_ = std::make_unique<GraphSlot>(backends_, cpu_, graph_size(model.hp));
-    if (draft_cache_) draft_graphs_ = std::make_unique<GraphSlot>(backends_, cpu_, graph_size(model.hp));
-    last_ = graphs_.get();
+    graphs_ = std::make_unique<GraphSlots>(backends_, cpu_, graph_size(model.hp), draft_cache_ != nullptr);
+    last_ = &graphs_->at(GraphSlots::kBatch);
     reserve();
 }
 
@@ -82,24 +81,36 @@ void Engine::reserve() {
         CacheView at = cache_.view();
         at.n_past = n_past;
         ggml_context * ctx = nullptr;
-        TrunkGraph & g = graphs_->new_trunk(&ctx);
+        GraphSlot & slot = graphs_->at(GraphSlots::kBatch);
+        TrunkGraph & g = slot.new_trunk(&ctx);
         build_trunk_graph(g, ctx, model_, at, rows, true, false);
-        graphs_->reserve(g.gf, what);
+        slot.reserve(g.gf, what);
     }
-    if (draft_graphs_) {  // the draft steps' scheduler: kGatherMaxRows rows at the end of the context
-        const int64_t steps = std::min<int64_t>(kGatherMaxRows, n_ctx);
-        CacheView at = draft_cache_->view();
-        at.n_past = n_ctx - steps;
+    // the few-row roles (verify passes, draft steps) at the end of the context, for the rows they usually have
+    const int64_t few = std::clamp<int64_t>(params_.n_verify_rows, 1, std::min<int64_t>({kGatherMaxRows, params_.n_batch, n_ctx}));
+    for (const auto & [role, n] : {std::pair{GraphSlots::kTrunkRow, int64_t(1)}, std::pair{GraphSlots::kTrunkFew, few}}) {
+        CacheView at = cache_.view();
+        at.n_past = n_ctx - n;
         ggml_context * ctx = nullptr;
-        DraftGraph & g = draft_graphs_->new_draft(&ctx);
-        build_draft_graph(g, ctx, draft_model_, draft_weights_->layer(), at, steps, false);
-        draft_graphs_->reserve(g.gf, "the draft head's steps and n_ctx = " + std::to_string(n_ctx));
+        GraphSlot & slot = graphs_->at(role);
+        TrunkGraph & g = slot.new_trunk(&ctx);
+        build_trunk_graph(g, ctx, model_, at, n, true, true);
+        slot.reserve(g.gf, "verify passes of " + std::to_string(n) + " rows and n_ctx = " + std::to_string(n_ctx));
+    }
+    if (!draft_cache_) return;
+    for (const auto & [role, n] : {std::pair{GraphSlots::kDraftShared, int64_t(1)}, std::pair{GraphSlots::kDraftFew, few}}) {
+        CacheView at = draft_cache_->view();
+        at.n_past = n_ctx - n;
+        ggml_context * ctx = nullptr;
+        GraphSlot & slot = graphs_->at(role);
+        DraftGraph & g = slot.new_draft(&ctx);
+        build_draft_graph(g, ctx, draft_model_, draft_weights_->layer(), at, n, role == GraphSlots::kDraftShared);
+        slot.reserve(g.gf, "the draft head's steps and n_ctx = " + std::to_string(n_ctx));
     }
 }
 
 Engine::~Engine() {
     graphs_.reset();
-    draft_graphs_.reset();
     for (ggml_backend_t b : backends_) ggml_backend_free(b);
 }
 
@@ -122,8 +133,8 @@ std::vector<DeviceMemory> Engine::memory() const {
         for (const auto & [dev, n] : c->bytes_by_device()) by_dev[dev].caches += n;
     }
     for (ggml_backend_t b : backends_) {
-        for (const GraphSlot * slot : {graphs_.get(), draft_graphs_.get()}) {
-            if (slot) by_dev[ggml_backend_get_device(b)].compute += ggml_backend_sched_get_buffer_size(slot->sched(), b);
+        for (const GraphSlot * slot : graphs_->all()) {
+            by_dev[ggml_backend_get_device(b)].compute += ggml_backend_sched_get_buffer_size(slot->sched(), b);
         }
     }
     std::vector<DeviceMemory> out;  // in the scheduler's order: the placed devices, the CPU last
@@ -138,7 +149,6 @@ std::vector<DeviceMemory> Engine::memory() const {
 void Engine::profile_traffic(bool on) {
     profile_traffic_ = on;
     graphs_->clear();  // a graph allocated with it off did not count its bytes
-    if (draft_graphs_) draft_graphs_->clear();
 }
 
 EvalOutput Engine::eval(const std::vector<int32_t> & tokens, bool logits_all) {
@@ -318,17 +328,18 @@ std::vector<KdaSnapshots> Engine::eval_ubatch(const int32_t * tokens, int64_t n,
     const int64_t n_past = cache_.n_past();
     const GraphShape shape{GraphShape::kTrunk, n, logits_all, snapshots, false,
                            graph_layout(hp, cache_.n_ctx(), n_past, n)};
-    TrunkGraph * reused = graphs_->trunk(shape);
+    GraphSlot & slot = graphs_->of(shape);
+    TrunkGraph * reused = slot.trunk(shape);
     if (reused == nullptr) {
         ggml_context * ctx = nullptr;
-        reused = &graphs_->new_trunk(&ctx);
+        reused = &slot.new_trunk(&ctx);
         build_trunk_graph(*reused, ctx, model_, cache_.view(), n, logits_all, snapshots);
-        graphs_->alloc(reused->gf, shape, profile_traffic_);
+        slot.alloc(reused->gf, shape, profile_traffic_);
     }
     TrunkGraph & g = *reused;
     g.set_inputs(tokens, n_past);
-    last_ = graphs_.get();
-    graphs_->compute(profile_traffic_);
+    last_ = &slot;
+    slot.compute(profile_traffic_);
 
     ggml_backend_tensor_get(g.hidden, out.hidden.data() + row0 * hp.n_embd, 0, n * hp.n_embd * sizeof(float));
     if (logits_all) {
@@ -373,7 +384,7 @@ void Engine::draft_rows(const float * hidden, const int32_t * next_tokens, int64
         const int64_t pos = draft_cache_->n_past();
         const GraphShape shape{GraphShape::kDraft, m, false, false, saved_pools != nullptr,
                                graph_layout(draft_model_.hp, draft_cache_->n_ctx(), pos, m)};
-        GraphSlot & slot = m <= kGatherMaxRows ? *draft_graphs_ : *graphs_;
+        GraphSlot & slot = graphs_->of(shape);
         DraftGraph * reused = slot.draft(shape);
         if (reused == nullptr) {
             ggml_context * ctx = nullptr;

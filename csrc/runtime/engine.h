@@ -26,6 +26,10 @@ struct EngineParams {
     ggml_type draft_type = GGML_TYPE_COUNT;  // the draft layer as stored, or requantized (q8_0 / q4_0)
     uint32_t n_checkpoints = 32;      // context checkpoints kept (llama-server's --ctx-checkpoints); 0 = none
     uint32_t checkpoint_every = 8192; // while prefilling, a checkpoint at every multiple of this row (llama.cpp's 8192)
+    // The rows of the verify passes and draft steps the compute buffers are sized for at load (draft n_max + 1);
+    // longer ones grow them on first use. (A verify pass keeps every row's KDA state: 16 rows took 76 MiB on the
+    // bench preset, more than a 512-row prompt ubatch's 58 MiB.)
+    uint32_t n_verify_rows = 4;
 };
 
 // Memory one device holds for this engine (bytes), as llama.cpp's load report gives it.
@@ -129,7 +133,7 @@ public:
     int n_splits() const { return ggml_backend_sched_get_n_splits(last_->sched()); }
     // Graphs built and allocated since load (the one at load not counted): a ubatch of the shape of the graph
     // before runs that graph again (runtime/graph_slot.h).
-    int64_t n_graphs_built() const { return graphs_->n_built() + (draft_graphs_ ? draft_graphs_->n_built() : 0); }
+    int64_t n_graphs_built() const { return graphs_->n_built(); }
     // What crossed devices in the last graph: its splits and, if it ran while profile_traffic was on, the bytes
     // copied and the copy time (else 0 and -1).
     GraphTraffic traffic() const { return {n_splits(), last_->bytes_copied(), last_->copy_seconds()}; }
@@ -166,11 +170,8 @@ private:
     Checkpoints checkpoints_;
     std::vector<ggml_backend_t> backends_;  // the placed devices', then the CPU's
     ggml_backend_t cpu_ = nullptr;
-    // Two schedulers, each keeping its last graph for the next ubatch of its shape (runtime/graph_slot.h): one
-    // for the trunk (and draft-head rows of more than kGatherMaxRows, a prompt's), one for the draft head's
-    // steps, so that a round's verify pass and its draft steps each run on the graph of the round before.
-    std::unique_ptr<GraphSlot> graphs_;
-    std::unique_ptr<GraphSlot> draft_graphs_;  // null without a draft head
+    // A scheduler per role, each keeping its last graph for the next ubatch of its shape (runtime/graph_slot.h).
+    std::unique_ptr<GraphSlots> graphs_;
     GraphSlot * last_ = nullptr;  // the one that ran last
     bool profile_traffic_ = false;
 };

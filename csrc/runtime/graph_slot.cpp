@@ -87,4 +87,42 @@ void GraphSlot::compute(bool profile) {
     copy_seconds_ = timer ? timer->seconds() : -1.0;
 }
 
+GraphSlots::Role GraphSlots::role(const GraphShape & shape) {
+    if (shape.n_rows > kGatherMaxRows) return kBatch;
+    if (shape.kind == GraphShape::kDraft) return shape.shared ? kDraftShared : kDraftFew;
+    return shape.n_rows == 1 ? kTrunkRow : kTrunkFew;
+}
+
+GraphSlots::GraphSlots(std::vector<ggml_backend_t> & backends, ggml_backend_t cpu, size_t n_nodes, bool draft_head) {
+    for (int r = 0; r < kRoles; ++r) {
+        if (!draft_head && (r == kDraftShared || r == kDraftFew)) continue;
+        slots_[r] = std::make_unique<GraphSlot>(backends, cpu, n_nodes);
+    }
+}
+
+GraphSlot & GraphSlots::at(Role r) {
+    if (!slots_[r]) throw std::logic_error("a draft head's graph without a draft head");
+    return *slots_[r];
+}
+
+std::vector<const GraphSlot *> GraphSlots::all() const {
+    std::vector<const GraphSlot *> out;
+    for (const auto & s : slots_) {
+        if (s) out.push_back(s.get());
+    }
+    return out;
+}
+
+int64_t GraphSlots::n_built() const {
+    int64_t n = 0;
+    for (const GraphSlot * s : all()) n += s->n_built();
+    return n;
+}
+
+void GraphSlots::clear() {
+    for (auto & s : slots_) {
+        if (s) s->clear();
+    }
+}
+
 }  // namespace glm5next

@@ -68,12 +68,14 @@ int32_t Generator::start(const std::vector<int32_t> & prompt, bool cache_prompt,
     stats_.rounds_at_length.assign(spec_.n_max + 1, 0);
     round_end_ = {};
     stats_.n_prompt = (int64_t) prompt.size();
+    dormant_ = policy_ && !policy_->can_pay();
+    const bool drafting = chain_ && !dormant_;
     const auto t0 = std::chrono::steady_clock::now();
     std::vector<float> h_before;  // the post-norm hidden state of the row before the first one evaluated
     int64_t c = 0;
     EvalOutput out;
     if (cache_prompt) {
-        c = engine_.resume(prompt, chain_ != nullptr, h_before, out.logits);
+        c = engine_.resume(prompt, drafting, h_before, out.logits);
     } else {
         engine_.reset();
     }
@@ -92,7 +94,7 @@ int32_t Generator::start(const std::vector<int32_t> & prompt, bool cache_prompt,
     pending_pos_ = c > 0 ? c - 1 : 0;
     pending_h_.clear();
     pending_x_.clear();
-    if (chain_ && c < (int64_t) prompt.size()) {
+    if (drafting && c < (int64_t) prompt.size()) {
         if (c > 0) pending_h_ = h_before;
         pending_h_.insert(pending_h_.end(), out.hidden.begin(), out.hidden.end() - n_embd);
         pending_x_.assign(prompt.begin() + pending_pos_ + 1, prompt.end());
@@ -160,7 +162,12 @@ int64_t Generator::begin_draft(int64_t max_tokens) {
     chain_began_ = false;
     first_ms_ = next_ms_ = 0;
     between_ms_ = round_end_ == std::chrono::steady_clock::time_point{} ? -1.0 : ms_since(round_end_);
-    if (chain_) {  // step 0 is the row (h_{P-1}, next); the pending rows before it are written with it
+    if (chain_ && !dormant_ && policy_ && !policy_->can_pay()) {  // from now on as without speculation
+        dormant_ = true;
+        pending_h_.clear();
+        pending_x_.clear();
+    }
+    if (chain_ && !dormant_) {  // step 0 is the row (h_{P-1}, next); the pending rows before it are written with it
         pending_h_.insert(pending_h_.end(), h_last_.begin(), h_last_.end());
         pending_x_.push_back(next_);
         // no draft past the context or past what the request may still produce (the round emits drafts + 1)

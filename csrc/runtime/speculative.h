@@ -172,6 +172,10 @@ private:
     // Adaptive draft lengths (spec_.adaptive with a draft head): told every round's outcome and timings
     // (observe_round), asked each round's length (begin_draft); may be shared with earlier generators.
     std::shared_ptr<DraftLengthPolicy> policy_;
+    // The policy found that drafting cannot pay on this machine and file (DraftLengthPolicy::can_pay): until the
+    // next start() the rounds run as without speculation, writing no draft-head rows either (they cost ~5% of a
+    // decode step on the bundled model at -t 1); a later request that drafts again resumes where they end.
+    bool dormant_ = false;
     bool chain_began_ = false;   // this round ran step 0 (the pending draft-head rows were written)
     int64_t began_rows_ = 0;     // the draft-head rows step 0 wrote
     double first_ms_ = 0, next_ms_ = 0, between_ms_ = -1;  // this round's step 0, later steps, time before it
