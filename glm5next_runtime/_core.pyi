@@ -371,7 +371,7 @@ class DraftLengthPolicy:
         """
     def can_pay(self) -> bool:
         """
-        False once measured costs say no acceptance could make drafting pay (an adaptive Generator then decodes as without speculation until its next start()); True before step 0 and verify passes of 1 and 2 rows were timed 3 times each.
+        False once measured costs said no acceptance could make drafting pay (final: adaptive Generators on this policy then decode as without speculation); True before step 0 and verify passes of 1 and 2 rows were timed 9 times each.
         """
     def choose(self, limit: typing.SupportsInt | typing.SupportsIndex) -> int:
         """

@@ -25,7 +25,8 @@ at most 3 or N: the default, --spec-draft-adaptive on; "rounds by length" counts
 --spec-accept L fixes the mean accepted length per round (synthetic acceptance, runtime.md) so that speed can be
 compared at a given acceptance whatever the weights. --spec-prompts FILE... runs them on real text instead: each
 file's first D tokens (D from -d) are a prompt, the rounds generate N tokens greedily after each, and a row sums
-its time and acceptance over all the prompts.
+its time and acceptance over all the prompts. Their speedup is the geometric mean, over prompts and repetitions, of
+the time ratio of a prompt's rounds without drafts and then with, run back to back, ± its standard error.
 """
 from __future__ import annotations
 
@@ -644,6 +645,25 @@ def _summed_stats(stats: list[dict[str, Any]]) -> dict[str, Any]:
             "draft_ms": sum(s["draft_ms"] for s in stats), "verify_ms": sum(s["verify_ms"] for s in stats)}
 
 
+def _spec_pair(ours: OursRunner, prompt: list[int], n_gen: int, length: SpecLength, accept: float | None, share: str,
+               draft_type: str, drafted_first: bool) -> tuple[int, float, float, dict]:
+    """One back-to-back pair on `prompt`: the rounds without drafts and with `length`'s. Returns (tokens, seconds
+    without, seconds with, the drafting generator's counters). Which runs first alternates from pair to pair (the
+    caller's drafted_first): plain decoding timed against itself came out ~3% faster or slower in second place,
+    depending on the machine."""
+    def plain() -> tuple[int, float, dict]:
+        return ours.spec_decode(prompt, n_gen, 0, None, share, draft_type)
+
+    def drafted() -> tuple[int, float, dict]:
+        return ours.spec_decode(prompt, n_gen, length.n_max, accept, share, draft_type, length.adaptive)
+
+    if drafted_first:
+        (_, s_on, stats), (n, s_off, _) = drafted(), plain()
+    else:
+        (n, s_off, _), (_, s_on, stats) = plain(), drafted()
+    return n, s_off, s_on, stats
+
+
 def run_spec_rows(ours: OursRunner, args: argparse.Namespace, prompts: dict[int, list[list[int]]],
                   n_ctx: int) -> list[dict[str, Any]]:
     """For each tg N @ depth and each (n_max, index share, draft type): the median t/s of draft-MTP rounds and of
@@ -659,16 +679,17 @@ def run_spec_rows(ours: OursRunner, args: argparse.Namespace, prompts: dict[int,
                 continue
             for length, share, dt in combos:
                 on, off = Stats(), Stats()
+                log_ratios = []  # per (repetition, prompt): log(seconds without drafts / seconds with)
                 for rep in range(args.repetitions + (0 if args.no_warmup else 1)):
                     n, s_off, s_on = 0, 0.0, 0.0
                     stats = []
-                    for prompt in prompts[depth]:
-                        n_p, s, _ = ours.spec_decode(prompt, n_gen, 0, None, share, dt)
-                        n, s_off = n + n_p, s_off + s
-                        _, s, st = ours.spec_decode(prompt, n_gen, length.n_max, args.spec_accept, share, dt,
-                                                    length.adaptive)
-                        s_on += s
+                    for i, prompt in enumerate(prompts[depth]):
+                        n_p, plain, drafted, st = _spec_pair(ours, prompt, n_gen, length, args.spec_accept, share, dt,
+                                                             drafted_first=(rep + i) % 2 == 1)
+                        n, s_off, s_on = n + n_p, s_off + plain, s_on + drafted
                         stats.append(st)
+                        if rep or args.no_warmup:
+                            log_ratios.append(math.log(plain / drafted))
                     if rep or args.no_warmup:
                         off.tokens.append(n), off.seconds.append(s_off)
                         on.tokens.append(n), on.seconds.append(s_on)
@@ -680,21 +701,32 @@ def run_spec_rows(ours: OursRunner, args: argparse.Namespace, prompts: dict[int,
                              "adaptive": length.adaptive, "index_share": share,
                              "draft_type": dt, "n_prompts": len(prompts[depth]), "spec": on.summary(),
                              "no_spec": off.summary(),
-                             "speedup": statistics.median(on.tps) / statistics.median(off.tps),
+                             **_paired_speedup(log_ratios),
                              **{k: total[k] for k in ("mean_accepted_length", "acceptance_per_position",
                                                       "rounds_at_length", "draft_ms", "verify_ms")}})
     return rows
 
 
+def _paired_speedup(log_ratios: list[float]) -> dict[str, float]:
+    """speedup: the geometric mean of the paired time ratios (a prompt's rounds without drafts, then the same rounds
+    with, back to back), and speedup_se its standard error (delta method; 0 for a single pair). Pairs, not ratios
+    of medians: on a shared machine the speed of the same 128-token generation varies by ~15-20% from one run to the
+    next (measured: plain decoding against itself, 200 pairs, 2 cores), which back-to-back pairs largely cancel."""
+    mean = statistics.fmean(log_ratios)
+    se = statistics.stdev(log_ratios) / math.sqrt(len(log_ratios)) if len(log_ratios) > 1 else 0.0
+    return {"speedup": math.exp(mean), "speedup_se": math.exp(mean) * se}
+
+
 def render_spec_md(rows: list[dict[str, Any]], accept: float | None) -> str:
-    lines = [[r["test"], _tps_cell(r["spec"]), _tps_cell(r["no_spec"]), f"{r['speedup']:.3f}",
+    lines = [[r["test"], _tps_cell(r["spec"]), _tps_cell(r["no_spec"]), f"{r['speedup']:.3f} ± {r['speedup_se']:.3f}",
               f"{r['mean_accepted_length']:.2f}", " ".join(f"{a:.2f}" for a in r["acceptance_per_position"]),
               " ".join(str(n) for n in r["rounds_at_length"]), f"{r['draft_ms']:.1f} / {r['verify_ms']:.1f}"]
              for r in rows]
     table = _table(["test", "t/s", "t/s no drafts", "speedup", "accepted len", "accept per pos", "rounds by length",
                     "draft / verify ms"], ["l", "r", "r", "r", "r", "l", "l", "r"], lines)
     how = "synthetic acceptance" if accept is not None else "real acceptance (greedy)"
-    return (f"draft-MTP ({how}; speedup = t/s / t/s of the same rounds without drafts, medians; rounds by length: "
+    return (f"draft-MTP ({how}; speedup = the geometric mean of t/s / t/s of the same rounds without drafts, each "
+            f"prompt and repetition a back-to-back pair, ± its standard error; rounds by length: "
             f"rounds that drafted 0, 1, ... tokens; draft / verify ms: the last repetition, all prompts):\n{table}")
 
 

@@ -199,9 +199,9 @@ n_min, shared by its generators).)doc")
         .def("acceptance", &DraftLengthPolicy::acceptance, py::arg("j"),
              "Estimated acceptance of draft j (1-based) given drafts 1..j-1 were accepted.")
         .def("can_pay", &DraftLengthPolicy::can_pay,
-             "False once measured costs say no acceptance could make drafting pay (an adaptive Generator then "
-             "decodes as without speculation until its next start()); True before step 0 and verify passes of 1 "
-             "and 2 rows were timed 3 times each.")
+             "False once measured costs said no acceptance could make drafting pay (final: adaptive Generators on "
+             "this policy then decode as without speculation); True before step 0 and verify passes of 1 and 2 rows "
+             "were timed 9 times each.")
         .def("expected_tokens", &DraftLengthPolicy::expected_tokens, py::arg("k"),
              "Expected tokens a round with k drafts emits.")
         .def("expected_cost", &DraftLengthPolicy::expected_cost, py::arg("k"),

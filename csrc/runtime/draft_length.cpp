@@ -17,12 +17,21 @@ constexpr double kPriorAccept = 0.5, kPriorWeight = 1.0;
 // Cost priors in units of a one-row verify, replaced by measurements as they come (bundled model q8_0 at -t 1:
 // step 0 ~0.3, a later step ~0.25, a deferred draft-head row ~0.05 of a decode step, each verify row ~+0.15).
 constexpr double kPriorFirst = 0.3, kPriorNext = 0.25, kPriorRow = 0.05, kPriorRowSlope = 0.25;
-// A row count's own median counts once it has this many samples; before, the others' line stands for it (one
+// A row count's own estimate counts once it has this many samples; before, the others' line stands for it (one
 // sample may be an outlier, and a row count only the choice of k measures would keep it for good).
 constexpr size_t kTrusted = 3;
+// A sample counts at most this many times the window's median (RecentCost).
+constexpr double kClip = 2.0;
+// Drafting is given up for good (can_pay) when even fully accepted probes would emit fewer than this many times
+// plain decoding's tokens per ms: a small margin, so that a case on the edge (bundled model q8_0 at -t 1: one draft
+// fully accepted ~0.97x, three ~1.03x) decodes plainly rather than paying the draft-head rows and probes (~2-3%).
+constexpr double kMinGain = 1.05;
+// An accepted probe is news (the text changed) when draft 1's estimate was below this: after a run of rejections,
+// not on text where drafts are accepted about half the time and probes would then oscillate (held-out code: ~0.66).
+constexpr double kNewsBelow = 0.25;
 }  // namespace
 
-void DraftLengthPolicy::RecentMedian::add(double sample) {
+void DraftLengthPolicy::RecentCost::add(double sample) {
     if (samples_.size() < kWindow) {
         samples_.push_back(sample);
     } else {
@@ -33,7 +42,10 @@ void DraftLengthPolicy::RecentMedian::add(double sample) {
     std::copy(samples_.begin(), samples_.end(), sorted.begin());
     const size_t n = samples_.size();
     std::nth_element(sorted.begin(), sorted.begin() + n / 2, sorted.begin() + n);
-    median_ = sorted[n / 2];
+    const double cap = kClip * sorted[n / 2];
+    double sum = 0.0;
+    for (double v : samples_) sum += std::min(v, cap);
+    cost_ = sum / double(n);
     ++count_;
 }
 
@@ -67,12 +79,12 @@ double DraftLengthPolicy::expected_tokens(int k) const {
 double DraftLengthPolicy::unit() const { return verify_cost(1); }
 
 double DraftLengthPolicy::verify_cost(int rows) const {
-    const RecentMedian & own = verify_ms_[rows - 1];
+    const RecentCost & own = verify_ms_[rows - 1];
     if (own.count() >= kTrusted) return own.get();
     // Row counts with kTrusted samples (else any measured) as the basis: a least squares line through two or
     // more, the prior slope from one, the prior in units of a one-row verify from none.
     size_t min_count = 1;
-    for (const RecentMedian & m : verify_ms_) {
+    for (const RecentCost & m : verify_ms_) {
         if (m.count() >= kTrusted) min_count = kTrusted;
     }
     double n = 0, sr = 0, sv = 0, srr = 0, srv = 0;
@@ -89,19 +101,6 @@ double DraftLengthPolicy::verify_cost(int rows) const {
     return std::max(at0 + slope * rows, 0.5 * sv / n);
 }
 
-bool DraftLengthPolicy::can_pay() const {
-    if (n_max_ < 1 || first_ms_.count() < kTrusted || verify_ms_[0].count() < kTrusted ||
-        verify_ms_[1].count() < kTrusted) {
-        return true;
-    }
-    const double between = std::max(between_ms_.get(), 0.0);
-    const double plain_rate = 1.0 / (verify_cost(1) + between);
-    for (int k = std::max(1, n_min_); k <= n_max_; ++k) {
-        if ((k + 1) / expected_cost(k) > plain_rate) return true;
-    }
-    return false;
-}
-
 double DraftLengthPolicy::expected_cost(int k) const {
     const double u = unit();
     const double between = std::max(between_ms_.get(), 0.0);
@@ -112,25 +111,39 @@ double DraftLengthPolicy::expected_cost(int k) const {
     return first + (k - 1) * next + verify_cost(k + 1) + between;
 }
 
+int DraftLengthPolicy::best(int limit) const {
+    limit = std::clamp(limit, 0, n_max_);
+    int k_best = 0;
+    double best_rate = expected_tokens(0) / expected_cost(0);
+    for (int k = std::max(1, n_min_); k <= limit; ++k) {
+        const double rate = expected_tokens(k) / expected_cost(k);
+        if (rate > best_rate) k_best = k, best_rate = rate;
+    }
+    return k_best;
+}
+
 int DraftLengthPolicy::choose(int limit) {
     limit = std::clamp(limit, 0, n_max_);
     const int lo = std::max(1, n_min_);
-    int best = 0;
-    double best_rate = expected_tokens(0) / expected_cost(0);
-    for (int k = lo; k <= limit; ++k) {
-        const double rate = expected_tokens(k) / expected_cost(k);
-        if (rate > best_rate) best = k, best_rate = rate;
+    // Until rounds without drafts were timed kTrusted times, one in kProbeFirst has none, so that drafting is
+    // weighed against a measured plain round rather than one extrapolated from verify passes of several rows by the
+    // prior's slope (which made a second verify row look like a quarter of a decode step where it costs ~0.85).
+    if (verify_ms_[0].count() < kTrusted && ++rounds_since_plain_ >= kProbeFirst) {
+        rounds_since_plain_ = 0;
+        return 0;
     }
-    if (best > 0) {
+    const int k = best(limit);
+    if (k > 0) {
         rounds_since_draft_ = 0;
         probe_interval_ = kProbeFirst;
-        return best;
+        return k;
     }
     if (limit < lo) return 0;
     if (++rounds_since_draft_ < probe_interval_) return 0;
-    // A probe: the cheapest draft, so that acceptance is measured again. Its expected loss (C(lo) - C(0) less the
-    // tokens it may gain) comes at most once per kProbeFirst rounds, and ever more rarely while probes are
-    // rejected (observe doubles the interval); an accepted one brings the next probe back to kProbeFirst rounds.
+    // A probe: the cheapest draft, so that acceptance (and, until the costs are judged, step 0 and a two-row verify)
+    // is measured again. Its expected loss (C(lo) - C(0) less the tokens it may gain) comes at most once per
+    // kProbeFirst rounds, and ever more rarely while probes leave drafting unprofitable (observe doubles the
+    // interval); one that makes drafting pay brings the next probe back to kProbeFirst rounds.
     rounds_since_draft_ = 0;
     probing_ = true;
     return lo;
@@ -141,14 +154,12 @@ void DraftLengthPolicy::observe(int n_drafted, int n_accepted, int verify_rows, 
     n_drafted = std::clamp(n_drafted, 0, n_max_);
     // Decay per round that drafted: rounds without drafts tell nothing new, and decaying then would bring the prior
     // back and with it drafting that was found not to pay (measured: 34 rounds of 256 drafted at zero acceptance).
-    // An accepted probe is news: the old evidence then counts half.
-    const bool news = probing_ && n_drafted > 0 && n_accepted > 0;
+    // A probe accepted against the estimate's odds (draft 1 estimated below kNewsBelow) is news: the old evidence
+    // then counts half, and the next probe comes within kProbeFirst rounds.
+    const bool accepted_probe = probing_ && n_drafted > 0 && n_accepted > 0;
+    const bool news = accepted_probe && acceptance(1) < kNewsBelow;
     const double decay = news ? 0.5 : n_drafted > 0 ? std::exp2(-1.0 / kHalfLife) : 1.0;
     for (int i = 0; i < n_max_; ++i) tried_[i] *= decay, kept_[i] *= decay;
-    if (probing_) {
-        probing_ = false;
-        probe_interval_ = news ? kProbeFirst : std::min(2 * probe_interval_, kProbeMost);
-    }
     for (int j = 1; j <= n_drafted && j - 1 <= n_accepted; ++j) {  // draft j was judged: drafts before it kept
         tried_[j - 1] += 1.0;
         if (n_accepted >= j) kept_[j - 1] += 1.0;
@@ -156,17 +167,48 @@ void DraftLengthPolicy::observe(int n_drafted, int n_accepted, int verify_rows, 
     // step 0 writes the rows the last round accepted; after rounds without drafts it writes their deferred rows
     // too, a cost that belongs to those rounds (observe_rows), not to drafting: taken off at the measured cost of
     // a deferred row (a probe's step 0 is then the only measure of step 0 while drafting does not pay)
+    double own_first = -1.0;  // step 0 without the deferred rows it wrote; < 0: unknown
     if (n_drafted > 0 && pending_rows <= n_max_ + 1) {
-        first_ms_.add(first_ms);
+        own_first = first_ms;
     } else if (n_drafted > 0 && row_ms_.get() >= 0) {
-        const double own = first_ms - double(pending_rows - 1) * row_ms_.get();
-        if (own > 0) first_ms_.add(own);
+        own_first = first_ms - double(pending_rows - 1) * row_ms_.get();
     }
+    if (own_first > 0) first_ms_.add(own_first);
     if (n_drafted > 1) next_ms_.add(next_ms / (n_drafted - 1));
     if (verify_rows >= 1 && verify_rows <= n_max_ + 1) verify_ms_[verify_rows - 1].add(verify_ms);
     // the caller's own time per round (detokenizing, streaming): the same for every k, but it weighs against
     // short rounds; an idle gap (a client reading slowly) is not the caller's cost, hence the cap
-    if (between_ms >= 0) between_ms_.add(std::min(between_ms, 2.0 * unit()));
+    const double between = between_ms >= 0 ? std::min(between_ms, 2.0 * unit()) : 0.0;
+    if (between_ms >= 0) between_ms_.add(between);
+    judge(n_drafted, verify_rows, own_first + next_ms + verify_ms + between, verify_ms + between);
+    if (probing_) {  // what the probe told, with its timings
+        probing_ = false;
+        if (news || best(n_max_) > 0 || probe_ms_.count() < RecentCost::kWindow) {
+            probe_interval_ = kProbeFirst;  // news, drafting pays now, or can_pay is not judged yet
+        } else if (!accepted_probe) {
+            probe_interval_ = std::min(2 * probe_interval_, kProbeMost);  // rejected: the next probe waits longer
+        }  // accepted as expected, drafting still not paying: the same interval
+    }
+}
+
+void DraftLengthPolicy::judge(int n_drafted, int verify_rows, double round_ms, double plain_ms) {
+    const int lo = std::max(1, n_min_);
+    if (n_drafted == 0 && verify_rows == 1) {
+        plain_sum_ += plain_ms;
+        ++plain_n_;
+        return;
+    }
+    // a round of the probes' length after rounds without drafts (round_ms counts only if step 0 was known), against
+    // their mean: ratios of window means, not a mean of ratios (one slow plain round would make a ratio large)
+    if (n_drafted == lo && verify_rows == lo + 1 && plain_n_ > 0 && round_ms > plain_ms) {
+        probe_ms_.add(round_ms);
+        before_ms_.add(plain_sum_ / double(plain_n_));
+    }
+    plain_sum_ = 0.0;
+    plain_n_ = 0;
+    if (probe_ms_.count() >= RecentCost::kWindow && (lo + 1) * before_ms_.get() < kMinGain * probe_ms_.get()) {
+        gave_up_ = true;
+    }
 }
 
 void DraftLengthPolicy::observe_rows(int64_t n_rows, double ms) {

@@ -7,12 +7,20 @@
 // Generator reports a round, then asks for the next round's k).
 // Acceptance: counts decayed every round that drafted (half-life kHalfLife such rounds, so that it follows the
 // content; halved by an accepted probe) with a Beta prior, position j's anchored on position j-1's estimate.
-// Costs: medians of the latest times measured on this machine and file (verify per row count; row counts never
-// measured from an affine fit of those that were, or from prior ratios before two were). Medians, not means: on a
-// shared machine one round in a few takes 10x its usual time (preempted threads), and a mean would then turn
-// drafting off for as long as the outlier weighs.
-// Probes: when no drafting pays, every probe_interval() rounds one draft is tried anyway (the interval doubling
-// while probes are rejected), so that the acceptance estimates can recover when the text becomes predictable again.
+// Costs: robust means of the latest times measured on this machine and file (verify per row count; row counts never
+// measured from an affine fit of those that were, or from prior ratios before two were): the mean of the last
+// kWindow samples, each clipped at twice their median. Not plain means: on a shared machine one round in a few takes
+// 10x its usual time (preempted threads), and a mean would then turn drafting off for as long as the outlier weighs.
+// Not medians: a round with drafts runs more graphs than one without and has the heavier tail, so medians favour
+// drafting (bundled model q8_0, -t 2, held-out code: a round with one draft had median 3.56 ms and mean 3.82 ms,
+// one without 2.46 and 2.40; at the mean one draft gains 4%, at the median 14%).
+// Probes: when no drafting pays, every probe_interval() rounds one draft is tried anyway, so that the acceptance
+// estimates can recover when the text becomes predictable again. The interval doubles (to kProbeMost) after a
+// rejected probe, comes back to kProbeFirst after one that makes drafting pay or was accepted against the odds (the
+// estimate of draft 1 below 1/4: news that the text changed), and stays after one accepted as expected that leaves
+// drafting unprofitable (every accepted probe used to bring it back: on held-out code, two probes in three accepted
+// and drafting never paying at -t 1 on the bundled model, that cost ~5% of decode time). Until can_pay is judged,
+// probes come every kProbeFirst rounds: each is a paired measure of what drafting costs against plain decoding.
 #pragma once
 
 #include <cstddef>
@@ -45,12 +53,15 @@ public:
     // expected tokens per round E(k) and the expected cost C(k) in ms (in units of a one-row verify before any
     // timing was reported).
     double acceptance(int j) const;
-    // False once the measured costs say that no acceptance could make drafting pay: even if every draft were
-    // accepted, each k in [max(1, n_min), n_max] would emit fewer tokens per ms than rounds without drafts and
-    // without draft-head rows (plain decoding). Judged only when step 0 and verify passes of one and two rows have
-    // kTrusted timings each; true before. (Bundled model q8_0 at -t 1: a second verify row costs ~0.9 of the first,
-    // so even k = 3 fully accepted emits ~0.9x plain decoding's tokens per ms.)
-    bool can_pay() const;
+    // False once the measured costs said that no acceptance could make drafting pay on this machine and file: a
+    // probe's round (max(1, n_min) drafts), even fully accepted, would emit fewer than kMinGain times the tokens per
+    // ms of the rounds without drafts just before it (plain decoding). Judged on the last kWindow probe-length
+    // rounds and, paired with each, the rounds without drafts before it, so that the machine's speed (which varies
+    // 2-3x over seconds on a shared machine, and made costs timed far apart give up drafting at -t 2 where it
+    // pays) cancels out; true before, and final once
+    // false (the rounds that follow run no drafts, so nothing measured later could speak for drafting). Bundled model
+    // q8_0 at -t 1: a draft step and a second verify row cost ~1.05 decode steps.
+    bool can_pay() const { return !gave_up_; }
     double expected_tokens(int k) const;
     double expected_cost(int k) const;
     int probe_interval() const { return probe_interval_; }
@@ -58,26 +69,33 @@ public:
     int n_min() const { return n_min_; }
 
     static constexpr double kHalfLife = 32.0;  // rounds; ~46 rounds of memory: follows a change of content
-    // Rounds between probes while no drafting pays: the most loses ~C(1) - C(0) per kProbeMost rounds (under 0.5%
-    // on the bundled model, where a draft step is ~0.2 and a second verify row ~0.35 of a decode step).
+    // Rounds between probes while no drafting pays: the most loses C(1) - C(0), less what the probe's draft gains,
+    // per kProbeMost rounds (bundled model q8_0, -t 1, held-out code: a draft step and a second verify row cost ~1.05
+    // decode steps and gain ~0.66 tokens, so ~0.3% of the rounds' time; at kProbeFirst ~5%).
     static constexpr int kProbeFirst = 8, kProbeMost = 128;
 
 private:
-    // The median of the latest kWindow samples (a timing in ms); < 0 before the first.
-    class RecentMedian {
+    // The mean of the latest kWindow samples (a timing in ms), each clipped at twice their median; < 0 before the
+    // first.
+    class RecentCost {
     public:
+        static constexpr size_t kWindow = 9;
         void add(double sample);
-        double get() const { return median_; }
+        double get() const { return cost_; }
         size_t count() const { return count_; }  // samples added, all told
     private:
-        static constexpr size_t kWindow = 9;
         std::vector<double> samples_;  // ring buffer
         size_t next_ = 0;
-        double median_ = -1.0;
+        double cost_ = -1.0;
         size_t count_ = 0;
     };
 
     double verify_cost(int rows) const;
+    // The k in {0} U [max(1, n_min), limit] with the best expected tokens per ms.
+    int best(int limit) const;
+    // can_pay's judgment, told each round's drafts and verify rows, its cost and the cost of a round without drafts
+    // (its verify pass and the caller's time), in ms.
+    void judge(int n_drafted, int verify_rows, double round_ms, double plain_ms);
     // acceptance of draft i + 1 given the earlier ones were accepted, from position i's counts and `before`, the
     // estimate of the position before it (the prior for the first)
     double next_acceptance(int i, double before) const;
@@ -85,11 +103,18 @@ private:
 
     int n_max_, n_min_;
     std::vector<double> tried_, kept_;  // per draft position j - 1: decayed trials and acceptances
-    std::vector<RecentMedian> verify_ms_;  // per row count r - 1: verify ms
-    RecentMedian first_ms_, next_ms_, row_ms_, between_ms_;  // step 0, a later step, a deferred row, the caller
+    std::vector<RecentCost> verify_ms_;  // per row count r - 1: verify ms
+    RecentCost first_ms_, next_ms_, row_ms_, between_ms_;  // step 0, a later step, a deferred row, the caller
     int rounds_since_draft_ = 0;
+    int rounds_since_plain_ = 0;  // while rounds without drafts are not yet timed (choose)
     int probe_interval_ = kProbeFirst;
     bool probing_ = false;  // the last choice was a probe
+    // can_pay: the costs of probe-length rounds and the mean cost of the rounds without drafts before each (paired,
+    // in step), and the rounds without drafts since the last round that drafted
+    RecentCost probe_ms_, before_ms_;
+    double plain_sum_ = 0.0;
+    int64_t plain_n_ = 0;
+    bool gave_up_ = false;
 };
 
 }  // namespace glm5next

@@ -68,8 +68,7 @@ int32_t Generator::start(const std::vector<int32_t> & prompt, bool cache_prompt,
     stats_.rounds_at_length.assign(spec_.n_max + 1, 0);
     round_end_ = {};
     stats_.n_prompt = (int64_t) prompt.size();
-    dormant_ = policy_ && !policy_->can_pay();
-    const bool drafting = chain_ && !dormant_;
+    const bool drafting = this->drafting();
     const auto t0 = std::chrono::steady_clock::now();
     std::vector<float> h_before;  // the post-norm hidden state of the row before the first one evaluated
     int64_t c = 0;
@@ -162,12 +161,11 @@ int64_t Generator::begin_draft(int64_t max_tokens) {
     chain_began_ = false;
     first_ms_ = next_ms_ = 0;
     between_ms_ = round_end_ == std::chrono::steady_clock::time_point{} ? -1.0 : ms_since(round_end_);
-    if (chain_ && !dormant_ && policy_ && !policy_->can_pay()) {  // from now on as without speculation
-        dormant_ = true;
+    if (chain_ && !drafting()) {  // the policy gave up (in this generation or before): no draft-head rows
         pending_h_.clear();
         pending_x_.clear();
     }
-    if (chain_ && !dormant_) {  // step 0 is the row (h_{P-1}, next); the pending rows before it are written with it
+    if (drafting()) {  // step 0 is the row (h_{P-1}, next); the pending rows before it are written with it
         pending_h_.insert(pending_h_.end(), h_last_.begin(), h_last_.end());
         pending_x_.push_back(next_);
         // no draft past the context or past what the request may still produce (the round emits drafts + 1)
@@ -300,7 +298,7 @@ void Generator::count(const std::vector<int32_t> & emitted) {
 }
 
 void Generator::observe_round(int64_t n_keep, const std::vector<int32_t> & emitted, double verify_ms) {
-    if (!policy_) return;
+    if (!policy_ || !drafting()) return;
     const int n_drafted = (int) draft_.tokens.size();
     policy_->observe(n_drafted, n_drafted ? (int) emitted.size() - 1 : 0, (int) n_keep + 1, began_rows_, first_ms_,
                      next_ms_, verify_ms, between_ms_);

@@ -146,6 +146,10 @@ private:
     // What the next round starts from: the draft-head rows it writes (the kept rows' trunk states, from trunk row
     // P), the last hidden state and the token to evaluate next.
     void carry(const std::vector<int32_t> & emitted, int64_t P);
+    // Speculating, unless the policy found that drafting cannot pay on this machine and file
+    // (DraftLengthPolicy::can_pay, final): the rounds then run as without speculation and write no draft-head rows
+    // either (~2% of a decode step each on the bundled model q8_0 at -t 1; glm5next-bench's rows of auto).
+    bool drafting() const { return chain_ && (!policy_ || policy_->can_pay()); }
 
     Engine & engine_;
     SpecParams spec_;
@@ -172,10 +176,6 @@ private:
     // Adaptive draft lengths (spec_.adaptive with a draft head): told every round's outcome and timings
     // (observe_round), asked each round's length (begin_draft); may be shared with earlier generators.
     std::shared_ptr<DraftLengthPolicy> policy_;
-    // The policy found that drafting cannot pay on this machine and file (DraftLengthPolicy::can_pay): until the
-    // next start() the rounds run as without speculation, writing no draft-head rows either (they cost ~5% of a
-    // decode step on the bundled model at -t 1); a later request that drafts again resumes where they end.
-    bool dormant_ = false;
     bool chain_began_ = false;   // this round ran step 0 (the pending draft-head rows were written)
     int64_t began_rows_ = 0;     // the draft-head rows step 0 wrote
     double first_ms_ = 0, next_ms_ = 0, between_ms_ = -1;  // this round's step 0, later steps, time before it
