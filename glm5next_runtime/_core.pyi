@@ -371,7 +371,7 @@ class DraftLengthPolicy:
         """
     def can_pay(self) -> bool:
         """
-        False once measured costs said no acceptance could make drafting pay (final: adaptive Generators on this policy then decode as without speculation); True before step 0 and verify passes of 1 and 2 rows were timed 9 times each.
+        False once measured costs said no acceptance could make drafting pay (final: adaptive Generators on this policy then decode as without speculation): the last 9 probe-length rounds, each against the rounds without drafts before it, would gain under 5% even fully accepted. True before.
         """
     def choose(self, limit: typing.SupportsInt | typing.SupportsIndex) -> int:
         """

@@ -131,7 +131,10 @@ def test_sequences_of_one_model_share_the_placed_weights(predictable_gguf, rpc_s
     before = psutil.Process(proc.pid).memory_info().rss
     others = [m.another_sequence() for _ in range(2)]
     grown = psutil.Process(proc.pid).memory_info().rss - before
-    assert grown < 0.5 * placed  # caches and compute buffers only
+    # two more sequences, less than one copy of the weights: caches and compute buffers only (on this 4-layer file
+    # they are about the weights' size, ~0.45 MB of touched pages per sequence against 1.8 MB of weights, so the
+    # bound says no copy was made, with a factor 2 either way)
+    assert grown < placed
     a = m.generate(PROMPT, max_tokens=20, temperature=0)
     for o in others:
         assert o.devices == m.devices

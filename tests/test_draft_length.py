@@ -49,7 +49,7 @@ def test_rejected_drafts_that_cost_time_are_not_drafted():
 def test_accepted_cheap_drafts_are_drafted_up_to_the_limit():
     p = policy(n_max=5)
     chosen = play(p, lambda j: True, 40, limit=5, step=0.02)
-    assert chosen[-10:] == [5] * 10
+    assert chosen[-10:].count(5) >= 9  # (one round in 32 has none: plain_rounds_come_back_while_drafting_pays)
     assert p.choose(2) == 2 and p.choose(0) == 0  # the limit (context, max_tokens) still binds
 
 
@@ -59,11 +59,32 @@ def test_expensive_drafts_are_not_drafted_even_when_accepted():
     assert chosen[-5:] == [0] * 5
 
 
+def test_two_plain_rounds_come_back_every_33_while_drafting_pays():
+    """What drafting is weighed against is timed again and again (the machine's speed drifts), by the second of two
+    rounds without drafts (the first runs on the caches the draft head left)."""
+    chosen = play(policy(), lambda j: True, 300, step=0.02)
+    plain = [i for i, k in enumerate(chosen) if k == 0 and i > 40]
+    runs = plain[::2]
+    assert len(runs) >= 6 and [i + 1 for i in runs] == plain[1::2]  # in pairs
+    assert all(b - a == 33 for a, b in zip(runs, runs[1:]))
+
+
+def test_a_round_that_built_a_graph_is_no_sample_of_its_cost():
+    p = policy()
+    for _ in range(9):
+        p.observe(0, 0, 1, 0, 0.0, 0.0, 1.0)
+    p.observe(0, 0, 1, 0, 0.0, 0.0, -1.0)  # verify_ms < 0: the costs unknown
+    assert p.expected_cost(0) == pytest.approx(1.05)  # + the prior deferred row
+    p.observe(1, 1, 2, 1, 0.2, 0.0, -1.0)
+    assert p.acceptance(1) > 0.5  # its acceptance counted
+
+
 def test_a_partly_accepted_position_bounds_the_length():
     """Draft 1 always accepted, draft 2 never: the second draft only costs, so the rounds settle on one."""
     p = policy()
     chosen = play(p, lambda j: j == 1, 60)
-    assert chosen[-20:].count(1) >= 18 and p.acceptance(1) > 0.8
+    # (two plain rounds in 33; a second draft retried once in ~50 rounds, as its rejections fade with the half-life)
+    assert chosen[-20:].count(1) >= 16 and chosen[-20:].count(2) <= 1 and p.acceptance(1) > 0.8
 
 
 def test_probes_recover_drafting_after_a_phase_of_rejections():
@@ -74,7 +95,7 @@ def test_probes_recover_drafting_after_a_phase_of_rejections():
     assert p.probe_interval > 8  # rejected probes come ever more rarely
     high = play(p, lambda j: True, 300)  # the text became predictable
     back = next(i for i, k in enumerate(high) if k == 3)
-    assert back <= 200 and high[-20:] == [3] * 20  # the next probe within 128 rounds, then one every 8
+    assert back <= 200 and high[-20:].count(3) >= 18  # the next probe within 128 rounds, then one every 8
 
 
 def test_n_min_keeps_positive_choices_at_least_n_min():
@@ -89,8 +110,10 @@ def test_n_max_below_zero_is_refused():
 
 
 def timed(p, rounds, verify_1, verify_2, first):
-    """`rounds` rounds without drafts and as many of one accepted draft, with these costs (ms)."""
+    """`rounds` times two rounds without drafts then one of one accepted draft, with these costs (ms). (A plain round
+    right after one that drafted is no sample of plain decoding: the second of the two is.)"""
     for _ in range(rounds):
+        p.observe(0, 0, 1, 0, 0.0, 0.0, verify_1)
         p.observe(0, 0, 1, 0, 0.0, 0.0, verify_1)
         p.observe(1, 1, 2, 1, first, 0.0, verify_2)
 
@@ -255,9 +278,12 @@ def test_a_generator_whose_policy_cannot_pay_decodes_as_without_speculation(mode
 
 def test_rows_deferred_by_rounds_without_drafts_are_written(model):
     """After an adaptive generation (rounds without drafts defer the draft head's rows), the sequence resumes at
-    its end and drafts exactly as a fresh sequence that wrote every row."""
+    its end and drafts exactly as a fresh sequence that wrote every row. (60 tokens: too few rounds for the policy
+    to judge that drafting cannot pay on these small files, nine paired probes eight rounds apart, after which it
+    would write no rows at all.)"""
     prompt = random_tokens(80, seed=5)
-    tokens, _ = generate(model, prompt, 100, adaptive=True)
+    tokens, stats = generate(model, prompt, 60, adaptive=True)
+    assert model.generator(temperature=0).policy.can_pay() and stats["rounds_at_length"][0] > 0
     whole = prompt + tokens  # the last token is not evaluated yet: the sequence resumes one before the end
 
     def drafts(cache_prompt):

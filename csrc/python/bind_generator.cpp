@@ -200,8 +200,8 @@ n_min, shared by its generators).)doc")
              "Estimated acceptance of draft j (1-based) given drafts 1..j-1 were accepted.")
         .def("can_pay", &DraftLengthPolicy::can_pay,
              "False once measured costs said no acceptance could make drafting pay (final: adaptive Generators on "
-             "this policy then decode as without speculation); True before step 0 and verify passes of 1 and 2 rows "
-             "were timed 9 times each.")
+             "this policy then decode as without speculation): the last 9 probe-length rounds, each against the "
+             "rounds without drafts before it, would gain under 5% even fully accepted. True before.")
         .def("expected_tokens", &DraftLengthPolicy::expected_tokens, py::arg("k"),
              "Expected tokens a round with k drafts emits.")
         .def("expected_cost", &DraftLengthPolicy::expected_cost, py::arg("k"),

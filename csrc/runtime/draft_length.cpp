@@ -20,6 +20,10 @@ constexpr double kPriorFirst = 0.3, kPriorNext = 0.25, kPriorRow = 0.05, kPriorR
 // A row count's own estimate counts once it has this many samples; before, the others' line stands for it (one
 // sample may be an outlier, and a row count only the choice of k measures would keep it for good).
 constexpr size_t kTrusted = 3;
+// While drafting pays, kPlainRun rounds without drafts come at least once in kPlainEvery (choose): their cost is what
+// drafting is weighed against. Costs at most two drafting rounds' gain per kPlainEvery rounds (~1% where drafting
+// gains 20%).
+constexpr int kPlainEvery = 32, kPlainRun = 2;
 // A sample counts at most this many times the window's median (RecentCost).
 constexpr double kClip = 2.0;
 // Drafting is given up for good (can_pay) when even fully accepted probes would emit fewer than this many times
@@ -125,14 +129,25 @@ int DraftLengthPolicy::best(int limit) const {
 int DraftLengthPolicy::choose(int limit) {
     limit = std::clamp(limit, 0, n_max_);
     const int lo = std::max(1, n_min_);
-    // Until rounds without drafts were timed kTrusted times, one in kProbeFirst has none, so that drafting is
-    // weighed against a measured plain round rather than one extrapolated from verify passes of several rows by the
-    // prior's slope (which made a second verify row look like a quarter of a decode step where it costs ~0.85).
-    if (verify_ms_[0].count() < kTrusted && ++rounds_since_plain_ >= kProbeFirst) {
+    // Until rounds without drafts were timed kTrusted times, every kProbeFirst rounds kPlainRun rounds have none, so
+    // that drafting is weighed against measured plain decoding rather than one extrapolated from verify passes of
+    // several rows by the prior's slope (which made a second verify row look like a quarter of a decode step where
+    // it costs ~0.85). While drafting pays, kPlainRun rounds in kPlainEvery have none all the same: the machine's
+    // speed drifts (2-3x over seconds on a shared one), and plain decoding timed long ago would misprice every
+    // choice against it. Only the last of a run is timed (observe: the first runs on caches the draft head left).
+    if (plain_left_ > 0) {
+        --plain_left_;
+        return 0;
+    }
+    ++rounds_since_plain_;
+    const bool untimed = verify_ms_[0].count() < kTrusted;
+    if ((untimed && rounds_since_plain_ >= kProbeFirst) || rounds_since_plain_ >= kPlainEvery) {
         rounds_since_plain_ = 0;
+        plain_left_ = kPlainRun - 1;
         return 0;
     }
     const int k = best(limit);
+    if (k == 0) rounds_since_plain_ = 0;
     if (k > 0) {
         rounds_since_draft_ = 0;
         probe_interval_ = kProbeFirst;
@@ -164,6 +179,20 @@ void DraftLengthPolicy::observe(int n_drafted, int n_accepted, int verify_rows, 
         tried_[j - 1] += 1.0;
         if (n_accepted >= j) kept_[j - 1] += 1.0;
     }
+    if (verify_ms >= 0) observe_costs(n_drafted, verify_rows, pending_rows, first_ms, next_ms, verify_ms, between_ms);
+    drafted_last_ = n_drafted > 0;
+    if (probing_) {  // what the probe told, with its timings
+        probing_ = false;
+        if (news || best(n_max_) > 0 || probe_ms_.count() < RecentCost::kWindow) {
+            probe_interval_ = kProbeFirst;  // news, drafting pays now, or can_pay is not judged yet
+        } else if (!accepted_probe) {
+            probe_interval_ = std::min(2 * probe_interval_, kProbeMost);  // rejected: the next probe waits longer
+        }  // accepted as expected, drafting still not paying: the same interval
+    }
+}
+
+void DraftLengthPolicy::observe_costs(int n_drafted, int verify_rows, int64_t pending_rows, double first_ms,
+                                      double next_ms, double verify_ms, double between_ms) {
     // step 0 writes the rows the last round accepted; after rounds without drafts it writes their deferred rows
     // too, a cost that belongs to those rounds (observe_rows), not to drafting: taken off at the measured cost of
     // a deferred row (a probe's step 0 is then the only measure of step 0 while drafting does not pay)
@@ -175,19 +204,21 @@ void DraftLengthPolicy::observe(int n_drafted, int n_accepted, int verify_rows, 
     }
     if (own_first > 0) first_ms_.add(own_first);
     if (n_drafted > 1) next_ms_.add(next_ms / (n_drafted - 1));
-    if (verify_rows >= 1 && verify_rows <= n_max_ + 1) verify_ms_[verify_rows - 1].add(verify_ms);
+    // a plain round right after one that drafted runs on the caches the draft head left: not plain decoding's cost
+    // (the 4-layer "predictable" preset at -t 1: 0.29 ms against 0.20 in a row of plain rounds)
+    const bool warm_plain = n_drafted == 0 && !drafted_last_;
+    if (verify_rows >= 1 && verify_rows <= n_max_ + 1 && (verify_rows > 1 || warm_plain)) {
+        verify_ms_[verify_rows - 1].add(verify_ms);
+    }
     // the caller's own time per round (detokenizing, streaming): the same for every k, but it weighs against
     // short rounds; an idle gap (a client reading slowly) is not the caller's cost, hence the cap
     const double between = between_ms >= 0 ? std::min(between_ms, 2.0 * unit()) : 0.0;
     if (between_ms >= 0) between_ms_.add(between);
-    judge(n_drafted, verify_rows, own_first + next_ms + verify_ms + between, verify_ms + between);
-    if (probing_) {  // what the probe told, with its timings
-        probing_ = false;
-        if (news || best(n_max_) > 0 || probe_ms_.count() < RecentCost::kWindow) {
-            probe_interval_ = kProbeFirst;  // news, drafting pays now, or can_pay is not judged yet
-        } else if (!accepted_probe) {
-            probe_interval_ = std::min(2 * probe_interval_, kProbeMost);  // rejected: the next probe waits longer
-        }  // accepted as expected, drafting still not paying: the same interval
+    // judged with step 0 as it ran when the deferred rows' share is unknown (no 64 deferred rows were written yet:
+    // probes every kProbeFirst rounds never let that many wait), which prices drafting a little high
+    if (n_drafted > 0 || warm_plain) {
+        const double step0 = own_first > 0 ? own_first : first_ms;
+        judge(n_drafted, verify_rows, step0 + next_ms + verify_ms + between, verify_ms + between);
     }
 }
 
@@ -198,8 +229,8 @@ void DraftLengthPolicy::judge(int n_drafted, int verify_rows, double round_ms, d
         ++plain_n_;
         return;
     }
-    // a round of the probes' length after rounds without drafts (round_ms counts only if step 0 was known), against
-    // their mean: ratios of window means, not a mean of ratios (one slow plain round would make a ratio large)
+    // a round of the probes' length after rounds without drafts, against their mean: ratios of window means, not a
+    // mean of ratios (one slow plain round would make a ratio large)
     if (n_drafted == lo && verify_rows == lo + 1 && plain_n_ > 0 && round_ms > plain_ms) {
         probe_ms_.add(round_ms);
         before_ms_.add(plain_sum_ / double(plain_n_));

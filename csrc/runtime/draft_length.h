@@ -43,7 +43,8 @@ public:
     // were accepted (a draft the caller cut off, e.g. refused by a grammar, counts as rejected); verify_rows: the
     // rows of its verify pass (kept drafts + 1). first_ms: step 0 (with the pending_rows draft-head rows it wrote),
     // next_ms: the later steps together, verify_ms: the verify pass (with acceptance and commit), between_ms: the
-    // caller's time since the previous round ended (< 0: unknown). Times in ms.
+    // caller's time since the previous round ended (< 0: unknown). Times in ms; verify_ms < 0: the round's costs are
+    // unknown (it built a graph: a one-time cost, 3-5x a warm round's), only its acceptance counts.
     void observe(int n_drafted, int n_accepted, int verify_rows, int64_t pending_rows, double first_ms,
                  double next_ms, double verify_ms, double between_ms = -1.0);
     // Draft-head rows written without drafting (rows deferred by rounds that chose 0), n_rows of them in ms.
@@ -93,6 +94,9 @@ private:
     double verify_cost(int rows) const;
     // The k in {0} U [max(1, n_min), limit] with the best expected tokens per ms.
     int best(int limit) const;
+    // observe's timings (verify_ms >= 0)
+    void observe_costs(int n_drafted, int verify_rows, int64_t pending_rows, double first_ms, double next_ms,
+                       double verify_ms, double between_ms);
     // can_pay's judgment, told each round's drafts and verify rows, its cost and the cost of a round without drafts
     // (its verify pass and the caller's time), in ms.
     void judge(int n_drafted, int verify_rows, double round_ms, double plain_ms);
@@ -106,7 +110,9 @@ private:
     std::vector<RecentCost> verify_ms_;  // per row count r - 1: verify ms
     RecentCost first_ms_, next_ms_, row_ms_, between_ms_;  // step 0, a later step, a deferred row, the caller
     int rounds_since_draft_ = 0;
-    int rounds_since_plain_ = 0;  // while rounds without drafts are not yet timed (choose)
+    int rounds_since_plain_ = 0;  // rounds since the last one without drafts (choose)
+    int plain_left_ = 0;          // rounds of choose's run of plain rounds still to come
+    bool drafted_last_ = false;   // the last round observed drafted
     int probe_interval_ = kProbeFirst;
     bool probing_ = false;  // the last choice was a probe
     // can_pay: the costs of probe-length rounds and the mean cost of the rounds without drafts before each (paired,

@@ -62,8 +62,8 @@ Engine::Engine(const Model & model, const EngineParams & params, const Model * d
     cpu_ = ggml_backend_cpu_init();
     ggml_backend_cpu_set_n_threads(cpu_, params_.n_threads);
     backends_.push_back(cpu_);
-    graphs_ = std::make_unique<GraphSlots>(backends_, cpu_, graph_size(model.hp), draft_cache_ != nullptr);
-    last_ = &graphs_->at(GraphSlots::kBatch);
+    graphs_ = std::make_unique<GraphSlots>(backends_, cpu_, graph_size(model.hp));
+    last_ = &graphs_->of(GraphShape{GraphShape::kTrunk, params_.n_batch});
     reserve();
 }
 
@@ -81,30 +81,31 @@ void Engine::reserve() {
         CacheView at = cache_.view();
         at.n_past = n_past;
         ggml_context * ctx = nullptr;
-        GraphSlot & slot = graphs_->at(GraphSlots::kBatch);
+        GraphSlot & slot = graphs_->of(GraphShape{GraphShape::kTrunk, rows});
         TrunkGraph & g = slot.new_trunk(&ctx);
         build_trunk_graph(g, ctx, model_, at, rows, true, false);
         slot.reserve(g.gf, what);
     }
-    // the few-row roles (verify passes, draft steps) at the end of the context, for the rows they usually have
+    // few-row slots (decode steps, verify passes, draft steps) at the end of the context, for the rows they usually
+    // have; the other row counts are allocated on first use
     const int64_t few = std::clamp<int64_t>(params_.n_verify_rows, 1, std::min<int64_t>({kGatherMaxRows, params_.n_batch, n_ctx}));
-    for (const auto & [role, n] : {std::pair{GraphSlots::kTrunkRow, int64_t(1)}, std::pair{GraphSlots::kTrunkFew, few}}) {
+    for (int64_t n : {int64_t(1), few}) {
         CacheView at = cache_.view();
         at.n_past = n_ctx - n;
         ggml_context * ctx = nullptr;
-        GraphSlot & slot = graphs_->at(role);
+        GraphSlot & slot = graphs_->of(GraphShape{GraphShape::kTrunk, n});
         TrunkGraph & g = slot.new_trunk(&ctx);
         build_trunk_graph(g, ctx, model_, at, n, true, true);
         slot.reserve(g.gf, "verify passes of " + std::to_string(n) + " rows and n_ctx = " + std::to_string(n_ctx));
     }
     if (!draft_cache_) return;
-    for (const auto & [role, n] : {std::pair{GraphSlots::kDraftShared, int64_t(1)}, std::pair{GraphSlots::kDraftFew, few}}) {
+    for (const auto & [n, shared] : {std::pair{int64_t(1), true}, std::pair{few, false}}) {
         CacheView at = draft_cache_->view();
         at.n_past = n_ctx - n;
         ggml_context * ctx = nullptr;
-        GraphSlot & slot = graphs_->at(role);
+        GraphSlot & slot = graphs_->of(GraphShape{GraphShape::kDraft, n, false, false, shared});
         DraftGraph & g = slot.new_draft(&ctx);
-        build_draft_graph(g, ctx, draft_model_, draft_weights_->layer(), at, n, role == GraphSlots::kDraftShared);
+        build_draft_graph(g, ctx, draft_model_, draft_weights_->layer(), at, n, shared);
         slot.reserve(g.gf, "the draft head's steps and n_ctx = " + std::to_string(n_ctx));
     }
 }

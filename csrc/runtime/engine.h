@@ -170,7 +170,8 @@ private:
     Checkpoints checkpoints_;
     std::vector<ggml_backend_t> backends_;  // the placed devices', then the CPU's
     ggml_backend_t cpu_ = nullptr;
-    // A scheduler per role, each keeping its last graph for the next ubatch of its shape (runtime/graph_slot.h).
+    // Schedulers per shape class, each keeping its last graph for the next ubatch of its shape
+    // (runtime/graph_slot.h).
     std::unique_ptr<GraphSlots> graphs_;
     GraphSlot * last_ = nullptr;  // the one that ran last
     bool profile_traffic_ = false;

@@ -1,5 +1,6 @@
 #include "runtime/graph_slot.h"
 
+#include <algorithm>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -10,7 +11,8 @@ namespace glm5next {
 
 GraphSlot::GraphSlot(std::vector<ggml_backend_t> & backends, ggml_backend_t cpu, size_t n_nodes)
     : cpu_(cpu), several_(backends.size() > 1),
-      meta_(ggml_tensor_overhead() * n_nodes * 2 + ggml_graph_overhead_custom(n_nodes, false)) {
+      meta_size_(ggml_tensor_overhead() * n_nodes * 2 + ggml_graph_overhead_custom(n_nodes, false)),
+      meta_(new uint8_t[meta_size_]) {
     // op_offload off: a weight on the CPU keeps its op on the CPU (placement decides, not batch size).
     sched_ = ggml_backend_sched_new(backends.data(), nullptr, (int) backends.size(), n_nodes, false, false);
 }
@@ -31,7 +33,7 @@ void GraphSlot::clear() {
 
 ggml_context * GraphSlot::begin() {
     clear();
-    ctx_ = ggml_init({meta_.size(), meta_.data(), true});
+    ctx_ = ggml_init({meta_size_, meta_.get(), true});
     return ctx_;
 }
 
@@ -87,42 +89,46 @@ void GraphSlot::compute(bool profile) {
     copy_seconds_ = timer ? timer->seconds() : -1.0;
 }
 
-GraphSlots::Role GraphSlots::role(const GraphShape & shape) {
-    if (shape.n_rows > kGatherMaxRows) return kBatch;
-    if (shape.kind == GraphShape::kDraft) return shape.shared ? kDraftShared : kDraftFew;
-    return shape.n_rows == 1 ? kTrunkRow : kTrunkFew;
-}
+GraphSlots::GraphSlots(std::vector<ggml_backend_t> & backends, ggml_backend_t cpu, size_t n_nodes)
+    : backends_(backends), cpu_(cpu), n_nodes_(n_nodes),
+      batch_(std::make_unique<GraphSlot>(backends, cpu, n_nodes)) {}
 
-GraphSlots::GraphSlots(std::vector<ggml_backend_t> & backends, ggml_backend_t cpu, size_t n_nodes, bool draft_head) {
-    for (int r = 0; r < kRoles; ++r) {
-        if (!draft_head && (r == kDraftShared || r == kDraftFew)) continue;
-        slots_[r] = std::make_unique<GraphSlot>(backends, cpu, n_nodes);
+GraphSlot & GraphSlots::of(const GraphShape & shape) {
+    if (shape.n_rows > kGatherMaxRows) return *batch_;
+    ++uses_;
+    for (Few & f : few_) {
+        if (f.kind == shape.kind && f.n_rows == shape.n_rows && f.all_logits == shape.all_logits &&
+            f.snapshots == shape.snapshots && f.shared == shape.shared) {
+            f.last_use = uses_;
+            return *f.slot;
+        }
     }
-}
-
-GraphSlot & GraphSlots::at(Role r) {
-    if (!slots_[r]) throw std::logic_error("a draft head's graph without a draft head");
-    return *slots_[r];
+    if (few_.size() >= kFewSlots) {  // the least recently used goes (never the one that ran last: kFewSlots > 1)
+        auto lru = std::min_element(few_.begin(), few_.end(),
+                                    [](const Few & a, const Few & b) { return a.last_use < b.last_use; });
+        built_by_evicted_ += lru->slot->n_built();
+        few_.erase(lru);
+    }
+    few_.push_back({shape.kind, shape.n_rows, shape.all_logits, shape.snapshots, shape.shared, uses_,
+                    std::make_unique<GraphSlot>(backends_, cpu_, n_nodes_)});
+    return *few_.back().slot;
 }
 
 std::vector<const GraphSlot *> GraphSlots::all() const {
-    std::vector<const GraphSlot *> out;
-    for (const auto & s : slots_) {
-        if (s) out.push_back(s.get());
-    }
+    std::vector<const GraphSlot *> out = {batch_.get()};
+    for (const Few & f : few_) out.push_back(f.slot.get());
     return out;
 }
 
 int64_t GraphSlots::n_built() const {
-    int64_t n = 0;
+    int64_t n = built_by_evicted_;
     for (const GraphSlot * s : all()) n += s->n_built();
     return n;
 }
 
 void GraphSlots::clear() {
-    for (auto & s : slots_) {
-        if (s) s->clear();
-    }
+    batch_->clear();
+    for (Few & f : few_) f.slot->clear();
 }
 
 }  // namespace glm5next

@@ -5,7 +5,6 @@
 // ~165 us of a ~1.1 ms step; on the bench preset ~330 + ~275 us of a ~13.5 ms step.
 #pragma once
 
-#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -73,7 +72,11 @@ private:
     ggml_backend_sched_t sched_ = nullptr;
     ggml_backend_t cpu_;
     bool several_ = false;  // more than one backend
-    std::vector<uint8_t> meta_;  // the graph context's memory (tensor and graph metadata only)
+    // the graph context's memory (tensor and graph metadata only), sized for the largest graph and left
+    // uninitialized: only the pages a graph's metadata uses become resident (~5.5 MB a slot on the bundled model
+    // when zeroed, for graphs that use a fifth of it)
+    size_t meta_size_ = 0;
+    std::unique_ptr<uint8_t[]> meta_;
     ggml_context * ctx_ = nullptr;
     ggml_cgraph * gf_ = nullptr;
     GraphShape shape_;
@@ -84,38 +87,45 @@ private:
     double copy_seconds_ = -1.0;
 };
 
-// The engine's schedulers, one per role, each keeping its last graph: the shapes a draft-MTP round alternates
-// between (a step without drafts, a verify pass, the draft head's first and later steps) each run on the graph of
-// the round before instead of evicting one another. Measured with one trunk and one draft scheduler (bundled
-// model q8_0, -t 1, held-out code, adaptive lengths): ~22 graphs built per 128-token reply, not 3 as without
-// drafting, and a round without drafts took 0.68 ms against 0.61 for plain decoding.
+// The engine's schedulers, each keeping its last graph: one for ubatches of more than kGatherMaxRows rows (prompts,
+// the draft head's rows of a prompt) and one per few-row shape class (trunk or draft head, its row count and flags:
+// logits of every row, KDA snapshots, a reused selection), made on first use, so that the shapes draft-MTP rounds
+// alternate between (a step without drafts, verify passes and draft steps 0 of each length the rounds have, the
+// later draft steps) each run on the graph of the round before. Measured with one slot per role, whatever the rows
+// (bundled model q8_0, -t 1): a round of draft-MTP rebuilt a graph in 28 rounds of 53 at n_max 3, whose step 0
+// writes 1..4 rows as the last round accepted, and a build and allocation costs ~0.3 ms, half a decode step; on the
+// 4-layer "predictable" preset, 31 builds in 40 rounds made drafting slower than plain decoding at -t 1 even with 3
+// drafts in 4 accepted. Now: none in steady state.
 class GraphSlots {
 public:
-    enum Role {
-        kBatch,        // more than kGatherMaxRows rows: prompt ubatches, the draft head's rows of a prompt
-        kTrunkRow,     // one trunk row: a decode step, a verify pass without drafts
-        kTrunkFew,     // 2..kGatherMaxRows trunk rows: a verify pass with drafts
-        kDraftShared,  // a draft step that reuses the first step's selection (index sharing)
-        kDraftFew,     // the draft head's other steps: the first of a round, with the rows written before it
-        kRoles
-    };
-    static Role role(const GraphShape & shape);
+    // Few-row slots kept at most: the least recently used one goes when another is needed (n_max 3 uses ~9).
+    static constexpr size_t kFewSlots = 12;
 
-    // Schedulers for every role (the draft roles only with `draft_head`) over `backends` (placement order, `cpu`
-    // last) for graphs of up to n_nodes nodes.
-    GraphSlots(std::vector<ggml_backend_t> & backends, ggml_backend_t cpu, size_t n_nodes, bool draft_head);
+    // Schedulers over `backends` (placement order, `cpu` last; kept by reference) for graphs of up to n_nodes nodes.
+    GraphSlots(std::vector<ggml_backend_t> & backends, ggml_backend_t cpu, size_t n_nodes);
 
-    // The slot of `shape`'s role (it holds that graph if the last graph of the role had this shape).
-    GraphSlot & of(const GraphShape & shape) { return at(role(shape)); }
-    // The slot of a role; std::logic_error for a draft role without a draft head.
-    GraphSlot & at(Role r);
-    // The slots there are, in role order.
+    // The slot of graphs of `shape`'s class (holding that graph if the last graph of the class had this shape).
+    GraphSlot & of(const GraphShape & shape);
+    // The slots there are: the batch slot first.
     std::vector<const GraphSlot *> all() const;
-    int64_t n_built() const;  // graphs allocated in any slot
+    int64_t n_built() const;  // graphs allocated in any slot, evicted ones included
     void clear();             // every slot forgets its graph
 
 private:
-    std::array<std::unique_ptr<GraphSlot>, kRoles> slots_;
+    struct Few {
+        GraphShape::Kind kind;
+        int64_t n_rows;
+        bool all_logits, snapshots, shared;
+        uint64_t last_use;
+        std::unique_ptr<GraphSlot> slot;
+    };
+    std::vector<ggml_backend_t> & backends_;
+    ggml_backend_t cpu_;
+    size_t n_nodes_;
+    std::unique_ptr<GraphSlot> batch_;
+    std::vector<Few> few_;
+    uint64_t uses_ = 0;
+    int64_t built_by_evicted_ = 0;
 };
 
 }  // namespace glm5next

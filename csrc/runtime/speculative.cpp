@@ -155,6 +155,7 @@ int64_t Generator::begin_draft(int64_t max_tokens) {
     }
     if (drafted_) throw std::invalid_argument("draft() twice: verify() the last drafts first");
     round_pos_ = engine_.n_past();
+    round_builds_ = engine_.n_graphs_built();
     draft_.tokens.clear();
     draft_limit_ = 0;
     draft_stopped_ = false;
@@ -300,8 +301,9 @@ void Generator::count(const std::vector<int32_t> & emitted) {
 void Generator::observe_round(int64_t n_keep, const std::vector<int32_t> & emitted, double verify_ms) {
     if (!policy_ || !drafting()) return;
     const int n_drafted = (int) draft_.tokens.size();
+    const bool cold = engine_.n_graphs_built() != round_builds_;  // the round built a graph: not a sample of its cost
     policy_->observe(n_drafted, n_drafted ? (int) emitted.size() - 1 : 0, (int) n_keep + 1, began_rows_, first_ms_,
-                     next_ms_, verify_ms, between_ms_);
+                     next_ms_, cold ? -1.0 : verify_ms, between_ms_);
 }
 
 void Generator::carry(const std::vector<int32_t> & emitted, int64_t P) {

@@ -166,6 +166,7 @@ private:
     std::vector<float> draft_logits_;  // a draft step's logits with the bias (reused)
     bool drafted_ = false;             // begin_draft() ran and verify() has not
     int64_t round_pos_ = 0;            // n_past when the round's begin_draft() ran
+    int64_t round_builds_ = 0;         // the engine's graphs built by then
     int64_t draft_limit_ = 0;          // the most drafts of this round
     bool draft_stopped_ = false;       // p_min stopped this round's drafting
     const DraftOutput * chain_out_ = nullptr;  // the draft chain's current step
