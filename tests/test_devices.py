@@ -89,7 +89,8 @@ def test_placed_model_gives_the_cpu_logits_and_selections(predictable_gguf, devi
 def test_greedy_draft_mtp_equals_plain_decoding_when_placed(predictable_gguf, devices, placement):
     from glm5next_runtime import Model
     a, b = (device_name(e) for e in devices)
-    m = Model(predictable_gguf, n_ctx=256, n_threads=2, spec_type="draft-mtp", draft_n_max=3, **PLACEMENTS[placement](a, b))
+    m = Model(predictable_gguf, n_ctx=256, n_threads=2, spec_type="draft-mtp", draft_n_max=3, draft_adaptive=False,
+              **PLACEMENTS[placement](a, b))  # fixed lengths: whether adaptive ones draft depends on timings
     plain = m.generate(PROMPT, max_tokens=60, temperature=0, spec_n_max=0).tokens
     spec = m.generate(PROMPT, max_tokens=60, temperature=0)
     assert spec.tokens == plain
@@ -159,7 +160,8 @@ def test_separate_draft_file_is_placed_too(checkpoints, devices, draft_on):
     draft = checkpoints.convert(ckpt, tag="-mtp-only", outtype="f32", layout="mtp-only")
     a = device_name(devices[0])
     m = Model(trunk, n_ctx=256, n_threads=2, draft_model=draft, n_gpu_layers=99, devices=[a],
-              draft_device=None if draft_on == "trunk-device" else "CPU", spec_type="draft-mtp", draft_n_max=3)
+              draft_device=None if draft_on == "trunk-device" else "CPU", spec_type="draft-mtp", draft_n_max=3,
+              draft_adaptive=False)
     nextn = {dev for name, dev in m.draft_placement().items() if name.startswith("blk.")}
     assert nextn == ({a} if draft_on == "trunk-device" else {"CPU"})
     plain = m.generate(PROMPT, max_tokens=40, temperature=0, spec_n_max=0).tokens

@@ -87,6 +87,24 @@ def test_a_partly_accepted_position_bounds_the_length():
     assert chosen[-20:].count(1) >= 16 and chosen[-20:].count(2) <= 1 and p.acceptance(1) > 0.8
 
 
+def test_a_longer_draft_timed_while_the_machine_was_slow_is_tried_again():
+    """Verify passes of 1, 2, 3 rows cost 1.0, 1.5, 1.6 ms (sublinear, as on a memory-bound model), but the first
+    three of 3 rows were timed at 4.0 (a slow spell): two drafts (the second accepted half the time) then look
+    worse than one. Tried again every 33 rounds, 3 rows are found cheap and the rounds settle on two drafts."""
+    p = policy(n_max=2)
+    chosen, slow = [], 3
+    for i in range(700):
+        k = p.choose(2)
+        accepted = min(k, 1 + i % 2)
+        ms = {1: 1.0, 2: 1.5, 3: 1.6}[k + 1]
+        if k == 2 and slow:
+            ms, slow = 4.0, slow - 1
+        p.observe(k, accepted, k + 1, 1, 0.18 if k else 0.0, 0.18 * max(k - 1, 0), ms)
+        chosen.append(k)
+    assert 2 not in chosen[40:100] or chosen[40:100].count(1) > 40  # one draft while 3 rows look slow
+    assert chosen[-50:].count(2) >= 40
+
+
 def test_probes_recover_drafting_after_a_phase_of_rejections():
     p = policy()
     low = play(p, lambda j: False, 200)

@@ -24,7 +24,9 @@ PLAIN = {"speculative.n_max": 0}
 
 @pytest.fixture(scope="module")
 def server(predictable_gguf, tmp_path_factory):
-    server = Server(predictable_gguf, tmp_path_factory.mktemp("logprobs") / "server.log")
+    # fixed draft lengths: the speculation test counts accepted drafts, and adaptive lengths follow timings
+    log = tmp_path_factory.mktemp("logprobs") / "server.log"
+    server = Server(predictable_gguf, log, "--spec-draft-adaptive", "off")
     yield server
     server.stop()
 

@@ -112,6 +112,7 @@ private:
     int rounds_since_draft_ = 0;
     int rounds_since_plain_ = 0;  // rounds since the last one without drafts (choose)
     int plain_left_ = 0;          // rounds of choose's run of plain rounds still to come
+    int rounds_since_longer_ = 0; // drafting rounds since the last that drafted one more than the best (choose)
     bool drafted_last_ = false;   // the last round observed drafted
     int probe_interval_ = kProbeFirst;
     bool probing_ = false;  // the last choice was a probe
