@@ -285,9 +285,6 @@ class SpecLength(NamedTuple):
         return f"mtp auto{self.n_max}" if self.adaptive else f"mtp{self.n_max}"
 
 
-AUTO_N_MAX = 3  # `auto`: the default upper bound, as --spec-draft-n-max
-
-
 def _spec_n_max_list(text: str) -> list[SpecLength]:
     """--spec-n-max "1,2,3,auto" -> SpecLength entries (repeats dropped). ArgumentTypeError for anything else."""
     out = []
@@ -295,7 +292,8 @@ def _spec_n_max_list(text: str) -> list[SpecLength]:
         auto = item.startswith("auto")
         digits = item[4:] if auto else item
         if auto and not digits:
-            digits = str(AUTO_N_MAX)
+            from .model import DRAFT_N_MAX  # `auto`: the default upper bound, as --spec-draft-n-max
+            digits = str(DRAFT_N_MAX)
         if not digits.isdigit() or int(digits) < 1:
             raise argparse.ArgumentTypeError(f"--spec-n-max takes a comma-separated list of integers >= 1, auto or "
                                              f"autoN, got {text!r}")

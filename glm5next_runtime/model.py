@@ -19,6 +19,7 @@ from .tokenizer import Tokenizer
 SUPPORTED_TOKENIZERS = {"gpt2": ("glm4",)}  # tokenizer.ggml.model -> accepted tokenizer.ggml.pre
 SPEC_TYPES = ("draft-mtp", "none")
 INDEX_SHARE = {"auto": -1, "off": 0, "on": 1}  # spec_index_share -> _core.Generator's index_share
+DRAFT_N_MAX = 3  # the default draft_n_max: --spec-draft-n-max's default and glm5next-bench's `auto`
 
 
 class TensorInfo(NamedTuple):
@@ -110,7 +111,7 @@ class Model:
 
     def __init__(self, path: str | os.PathLike, n_ctx: int = 4096, n_threads: int | None = None, n_batch: int = 512,
                  override_kv: Sequence[str] = (), n_gpu_layers: int = 0, cpu_moe: bool = False, n_cpu_moe: int = 0,
-                 override_tensor: Sequence[str] = (), spec_type: str | None = None, draft_n_max: int = 3,
+                 override_tensor: Sequence[str] = (), spec_type: str | None = None, draft_n_max: int = DRAFT_N_MAX,
                  draft_n_min: int = 0, draft_p_min: float = 0.0, draft_adaptive: bool = True,
                  spec_index_share: str = "auto",
                  spec_draft_type: str = "auto", draft_model: str | os.PathLike | None = None,

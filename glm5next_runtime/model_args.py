@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from . import _core
-from .model import INDEX_SHARE, SPEC_TYPES, Model
+from .model import DRAFT_N_MAX, INDEX_SHARE, SPEC_TYPES, Model
 from .placement import SPLIT_MODES, describe_placement
 
 DRAFT_TYPES = ("auto", "q8_0", "q4_0")
@@ -86,8 +86,8 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                    help="put tensors matching REGEX on DEVICE (repeatable; comma-separated lists too)")
     p.add_argument("--spec-type", choices=SPEC_TYPES,
                    help="speculative decoding (default: draft-mtp when the file has a NextN layer, else none)")
-    p.add_argument("--spec-draft-n-max", type=int, default=3, metavar="N",
-                   help="draft tokens per round (with --spec-draft-adaptive on, the most) (3)")
+    p.add_argument("--spec-draft-n-max", type=int, default=DRAFT_N_MAX, metavar="N",
+                   help=f"draft tokens per round (with --spec-draft-adaptive on, the most) ({DRAFT_N_MAX})")
     p.add_argument("--spec-draft-n-min", type=int, default=0, metavar="N",
                    help="shortest draft worth verifying (0)")
     p.add_argument("--spec-draft-p-min", type=float, default=0.0, metavar="P",

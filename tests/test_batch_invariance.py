@@ -69,3 +69,21 @@ def test_a_prefill_row_may_differ_from_its_decode_row(gguf):
     serial = decoded(model, PROMPT, rows)
     assert not np.array_equal(batched, serial)
     assert np.abs(batched - serial).max() < 1.0  # rounding, not a different computation
+
+
+@pytest.mark.parametrize("n_threads", [2, 3])
+def test_decode_logits_do_not_depend_on_the_thread_count(gguf, n_threads):
+    """Threads split ggml's matmuls by output rows and graph/sparse_attention_ops.cpp's attention of a decode row by
+    heads: every value is the same arithmetic whatever -t, so decode rows (and a verify pass) at -t 2 and -t 3 equal
+    -t 1's bit for bit. (A split that loses or repeats a head shows here.)"""
+    from glm5next_runtime import _core
+    model = _core.Model(str(gguf), [])
+
+    def logits(threads: int) -> np.ndarray:
+        engine = _core.Engine(model, 128, 64, threads)
+        engine.eval(PROMPT)
+        rows = [engine.eval([t], True)["logits"] for t in ROWS]
+        rows.append(engine.verify(ROWS[:3])["logits"])
+        return np.concatenate(rows)
+
+    assert np.array_equal(logits(n_threads), logits(1))
