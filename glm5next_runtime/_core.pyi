@@ -361,6 +361,7 @@ class DraftLengthPolicy:
     (csrc/runtime/draft_length.h). An adaptive Generator reports to one and asks it (Model keeps one per n_max and
     n_min, shared by its generators).
     """
+    RECONSIDER_AFTER: typing.ClassVar[int] = 4096
     def __init__(self, n_max: typing.SupportsInt | typing.SupportsIndex, n_min: typing.SupportsInt | typing.SupportsIndex = 0) -> None:
         """
         n_max: the most drafts (ValueError when < 0); n_min: a positive choice is at least this.
@@ -371,7 +372,7 @@ class DraftLengthPolicy:
         """
     def can_pay(self) -> bool:
         """
-        False once measured costs said no acceptance could make drafting pay (final: adaptive Generators on this policy then decode as without speculation): the last 9 probe-length rounds, each against the rounds without drafts before it, would gain under 5% even fully accepted. True before.
+        False once measured costs said no acceptance could make drafting pay (adaptive Generators on this policy then decode as without speculation, until reconsider): the last 9 probe-length rounds, each against the rounds without drafts before it, would gain under 5% even fully accepted. True before.
         """
     def choose(self, limit: typing.SupportsInt | typing.SupportsIndex) -> int:
         """
@@ -389,9 +390,17 @@ class DraftLengthPolicy:
         """
         A round's outcome: drafts, accepted drafts (a prefix), rows verified, draft-head rows step 0 wrote, step 0 ms, later steps' ms, verify ms, the caller's ms since the last round (< 0: unknown).
         """
+    def observe_dormant(self) -> None:
+        """
+        A round without drafts because drafting cannot pay (counted for reconsider).
+        """
     def observe_rows(self, n_rows: typing.SupportsInt | typing.SupportsIndex, ms: typing.SupportsFloat | typing.SupportsIndex) -> None:
         """
         Deferred draft-head rows written without drafting: n_rows of them in ms.
+        """
+    def reconsider(self) -> bool:
+        """
+        At a request's start: after RECONSIDER_AFTER dormant rounds, can_pay is judged anew from fresh probes. Returns whether it was.
         """
     @property
     def n_max(self) -> int:

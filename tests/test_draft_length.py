@@ -136,10 +136,10 @@ def timed(p, rounds, verify_1, verify_2, first):
         p.observe(1, 1, 2, 1, first, 0.0, verify_2)
 
 
-def test_drafting_that_could_not_pay_even_if_always_accepted_is_given_up_for_good():
+def test_drafting_that_could_not_pay_even_if_always_accepted_is_given_up():
     """The bundled model at -t 1: a second verify row costs ~0.85 of the first, so no k pays even fully accepted
-    (k = 1: 2 tokens in 2.1 ms against 1 in 1.0). Judged once step 0 and both verify sizes were timed 9 times; final:
-    later timings that would pay do not bring drafting back (no round that follows drafts to measure them)."""
+    (k = 1: 2 tokens in 2.1 ms against 1 in 1.0). Judged once step 0 and both verify sizes were timed 9 times; until
+    reconsider, later timings that would pay do not bring drafting back (no round that follows drafts measures them)."""
     p = policy()
     assert p.can_pay()  # nothing measured: the prior
     timed(p, 8, 1.0, 1.9, 0.2)
@@ -347,3 +347,44 @@ def test_unseeded_sampling_adapts(model, request):
         rounds = sample(model, prompt, 80, **kw)[1]["rounds_at_length"]
         if request.node.callspec.params["model"] == "tiny":
             assert rounds[0] > 1
+
+
+def test_drafting_given_up_is_judged_anew_after_many_dormant_rounds():
+    """A server slot's policy lives as long as the server: one that judged while the machine was busy must not keep
+    drafting off for good. After RECONSIDER_AFTER rounds without drafts (observe_dormant), a request's start
+    (reconsider) clears the judgment; fresh paired probes then judge again, and the same costs give up again."""
+    p = policy()
+    timed(p, 9, 1.0, 1.9, 0.2)
+    assert not p.can_pay()
+    for _ in range(p.RECONSIDER_AFTER - 1):
+        p.observe_dormant()
+    assert not p.reconsider() and not p.can_pay()
+    p.observe_dormant()
+    assert p.reconsider() and p.can_pay()
+    assert not p.reconsider()  # judged anew once: nothing to clear
+    timed(p, 8, 1.0, 1.9, 0.2)
+    assert p.can_pay()  # nine fresh pairs are needed, not the old ones
+    timed(p, 1, 1.0, 1.9, 0.2)
+    assert not p.can_pay()
+
+
+def test_a_request_after_reconsidering_drafts_again_with_plain_decodings_tokens(model):
+    """Generator.start reconsiders: the dormant rounds wrote no draft-head rows, and the request resumes its prompt
+    where the draft head's rows end, so drafting again gives plain decoding's tokens."""
+    prompt = random_tokens(80, seed=8)
+    plain, _ = generate(model, prompt, 60, n_max=0)
+    p = model.generator(temperature=0).policy
+    timed(p, 9, 1.0, 1.9, 0.2)
+    g = model.generator(temperature=0)
+    dormant = [g.start(prompt[:40], cache_prompt=True)]
+    while len(dormant) < 20:
+        dormant += g.step(max_tokens=20 - len(dormant))
+    g.finish()
+    assert g.stats["n_drafted"] == 0 and not p.can_pay()
+    for _ in range(p.RECONSIDER_AFTER):
+        p.observe_dormant()
+    g = model.generator(temperature=0)
+    out = [g.start(prompt, cache_prompt=True)]
+    while len(out) < 60:
+        out += g.step(max_tokens=60 - len(out))
+    assert p.can_pay() and g.stats["n_drafted"] > 0 and out == plain

@@ -199,9 +199,14 @@ n_min, shared by its generators).)doc")
         .def("acceptance", &DraftLengthPolicy::acceptance, py::arg("j"),
              "Estimated acceptance of draft j (1-based) given drafts 1..j-1 were accepted.")
         .def("can_pay", &DraftLengthPolicy::can_pay,
-             "False once measured costs said no acceptance could make drafting pay (final: adaptive Generators on "
-             "this policy then decode as without speculation): the last 9 probe-length rounds, each against the "
-             "rounds without drafts before it, would gain under 5% even fully accepted. True before.")
+             "False once measured costs said no acceptance could make drafting pay (adaptive Generators on this "
+             "policy then decode as without speculation, until reconsider): the last 9 probe-length rounds, each "
+             "against the rounds without drafts before it, would gain under 5% even fully accepted. True before.")
+        .def("observe_dormant", &DraftLengthPolicy::observe_dormant,
+             "A round without drafts because drafting cannot pay (counted for reconsider).")
+        .def("reconsider", &DraftLengthPolicy::reconsider,
+             "At a request's start: after RECONSIDER_AFTER dormant rounds, can_pay is judged anew from "
+             "fresh probes. Returns whether it was.")
         .def("expected_tokens", &DraftLengthPolicy::expected_tokens, py::arg("k"),
              "Expected tokens a round with k drafts emits.")
         .def("expected_cost", &DraftLengthPolicy::expected_cost, py::arg("k"),
@@ -210,4 +215,5 @@ n_min, shared by its generators).)doc")
                                "Rounds without drafts between probes (doubles while drafting does not pay).")
         .def_property_readonly("n_max", &DraftLengthPolicy::n_max, "The most drafts a round may carry.")
         .def_property_readonly("n_min", &DraftLengthPolicy::n_min, "The fewest drafts a positive choice carries.");
+    mod.attr("DraftLengthPolicy").attr("RECONSIDER_AFTER") = DraftLengthPolicy::kReconsiderAfter;
 }

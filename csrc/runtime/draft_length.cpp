@@ -26,9 +26,9 @@ constexpr size_t kTrusted = 3;
 constexpr int kPlainEvery = 32, kPlainRun = 2;
 // A sample counts at most this many times the window's median (RecentCost).
 constexpr double kClip = 2.0;
-// Drafting is given up for good (can_pay) when even fully accepted probes would emit fewer than this many times
-// plain decoding's tokens per ms: a small margin, so that a case on the edge (bundled model q8_0 at -t 1: one draft
-// fully accepted ~0.97x, three ~1.03x) decodes plainly rather than paying the draft-head rows and probes (~2-3%).
+// Drafting is given up (can_pay, until reconsider) when even fully accepted probes would emit fewer than this many
+// times plain decoding's tokens per ms: a small margin, so that a case on the edge (bundled model q8_0 at -t 1: one
+// draft fully accepted ~0.97x, three ~1.03x) decodes plainly rather than paying the draft-head rows and probes (~2-3%).
 constexpr double kMinGain = 1.05;
 // An accepted probe is news (the text changed) when draft 1's estimate was below this: after a run of rejections,
 // not on text where drafts are accepted about half the time and probes would then oscillate (held-out code: ~0.66).
@@ -252,6 +252,19 @@ void DraftLengthPolicy::judge(int n_drafted, int verify_rows, double round_ms, d
     if (probe_ms_.count() >= RecentCost::kWindow && (lo + 1) * before_ms_.get() < kMinGain * probe_ms_.get()) {
         gave_up_ = true;
     }
+}
+
+bool DraftLengthPolicy::reconsider() {
+    if (!gave_up_ || dormant_rounds_ < kReconsiderAfter) return false;
+    gave_up_ = false;
+    dormant_rounds_ = 0;
+    probe_ms_ = RecentCost();
+    before_ms_ = RecentCost();
+    plain_sum_ = 0.0;
+    plain_n_ = 0;
+    probe_interval_ = kProbeFirst;
+    rounds_since_draft_ = 0;
+    return true;
 }
 
 void DraftLengthPolicy::observe_rows(int64_t n_rows, double ms) {

@@ -59,10 +59,18 @@ public:
     // ms of the rounds without drafts just before it (plain decoding). Judged on the last kWindow probe-length
     // rounds and, paired with each, the rounds without drafts before it, so that the machine's speed (which varies
     // 2-3x over seconds on a shared machine, and made costs timed far apart give up drafting at -t 2 where it
-    // pays) cancels out; true before, and final once
-    // false (the rounds that follow run no drafts, so nothing measured later could speak for drafting). Bundled model
-    // q8_0 at -t 1: a draft step and a second verify row cost ~1.05 decode steps.
+    // pays) cancels out; true before. Once false it stays false (the rounds that follow run no drafts, so nothing
+    // measured later could speak for drafting) until reconsider() judges anew. Bundled model q8_0 at -t 1: a draft
+    // step and a second verify row cost ~1.05 decode steps.
     bool can_pay() const { return !gave_up_; }
+    // A round without drafts because drafting cannot pay (the Generator's dormant rounds), counted for reconsider.
+    void observe_dormant() { ++dormant_rounds_; }
+    // At a request's start (Generator::start): after kReconsiderAfter dormant rounds, can_pay is judged anew from
+    // fresh paired probes (probes every kProbeFirst rounds again), so that a server slot that judged while the
+    // machine was busy does not decode without drafts for the rest of its life. Returns whether it did. (At a
+    // request's start, not mid-request: the dormant rounds wrote no draft-head rows, and a request's prompt resumes
+    // only where the draft head's rows end, seq_cache.) Costs ~2 requests' probes per kReconsiderAfter rounds.
+    bool reconsider();
     double expected_tokens(int k) const;
     double expected_cost(int k) const;
     int probe_interval() const { return probe_interval_; }
@@ -74,6 +82,7 @@ public:
     // per kProbeMost rounds (bundled model q8_0, -t 1, held-out code: a draft step and a second verify row cost ~1.05
     // decode steps and gain ~0.66 tokens, so ~0.3% of the rounds' time; at kProbeFirst ~5%).
     static constexpr int kProbeFirst = 8, kProbeMost = 128;
+    static constexpr int64_t kReconsiderAfter = 4096;  // dormant rounds before reconsider judges can_pay anew
 
 private:
     // The mean of the latest kWindow samples (a timing in ms), each clipped at twice their median; < 0 before the
@@ -122,6 +131,7 @@ private:
     double plain_sum_ = 0.0;
     int64_t plain_n_ = 0;
     bool gave_up_ = false;
+    int64_t dormant_rounds_ = 0;  // rounds without drafts since gave_up_ (observe_dormant)
 };
 
 }  // namespace glm5next

@@ -68,6 +68,7 @@ int32_t Generator::start(const std::vector<int32_t> & prompt, bool cache_prompt,
     stats_.rounds_at_length.assign(spec_.n_max + 1, 0);
     round_end_ = {};
     stats_.n_prompt = (int64_t) prompt.size();
+    if (policy_) policy_->reconsider();
     const bool drafting = this->drafting();
     const auto t0 = std::chrono::steady_clock::now();
     std::vector<float> h_before;  // the post-norm hidden state of the row before the first one evaluated
@@ -165,6 +166,7 @@ int64_t Generator::begin_draft(int64_t max_tokens) {
     if (chain_ && !drafting()) {  // the policy gave up (in this generation or before): no draft-head rows
         pending_h_.clear();
         pending_x_.clear();
+        if (policy_) policy_->observe_dormant();
     }
     if (drafting()) {  // step 0 is the row (h_{P-1}, next); the pending rows before it are written with it
         pending_h_.insert(pending_h_.end(), h_last_.begin(), h_last_.end());

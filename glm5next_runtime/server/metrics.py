@@ -47,6 +47,8 @@ class ServerMetrics:
                                  "Tokens per drafting round (accepted drafts + 1), average since start", registry=r)
         self.drafted_at = Counter("glm5next_spec_position_drafted", "Rounds that drafted position N (1 = first)",
                                   ["position"], registry=r)
+        self.rounds = Counter("glm5next_spec_rounds", "Rounds allowed N drafts (N = 0: none; the draft length "
+                              "policy's choices, --spec-draft-adaptive)", ["drafts"], registry=r)
         self.acceptance = Gauge("glm5next_spec_acceptance_rate",
                                 "Acceptance rate of draft position N (1 = first draft token) since start",
                                 ["position"], registry=r)
@@ -69,6 +71,9 @@ class ServerMetrics:
         # the prompt's ubatches, then one pass per round after the prompt's (a round emits its accepted drafts + 1)
         t["n_decode"] += -(-evaluated // self._n_batch) + max(0, metrics["n_generated"] - 1 - metrics["n_accepted"])
         self._n_tokens_max = max(self._n_tokens_max, metrics["n_prompt_tokens"] + metrics["n_generated"])
+        for k, n in enumerate(metrics["rounds_at_length"]):
+            if n:
+                self.rounds.labels(drafts=str(k)).inc(n)
         if metrics["n_drafts"]:
             for key, name in (("drafts", "n_drafts"), ("drafted", "n_drafted"), ("accepted", "n_accepted")):
                 t[key] += metrics[name]
