@@ -386,9 +386,9 @@ class DraftLengthPolicy:
         """
         Expected tokens a round with k drafts emits.
         """
-    def observe(self, n_drafted: typing.SupportsInt | typing.SupportsIndex, n_accepted: typing.SupportsInt | typing.SupportsIndex, verify_rows: typing.SupportsInt | typing.SupportsIndex, pending_rows: typing.SupportsInt | typing.SupportsIndex, first_ms: typing.SupportsFloat | typing.SupportsIndex, next_ms: typing.SupportsFloat | typing.SupportsIndex, verify_ms: typing.SupportsFloat | typing.SupportsIndex, between_ms: typing.SupportsFloat | typing.SupportsIndex = -1.0) -> None:
+    def observe(self, n_drafted: typing.SupportsInt | typing.SupportsIndex, n_accepted: typing.SupportsInt | typing.SupportsIndex, verify_rows: typing.SupportsInt | typing.SupportsIndex, pending_rows: typing.SupportsInt | typing.SupportsIndex, first_ms: typing.SupportsFloat | typing.SupportsIndex, next_ms: typing.SupportsFloat | typing.SupportsIndex, verify_ms: typing.SupportsFloat | typing.SupportsIndex, between_ms: typing.SupportsFloat | typing.SupportsIndex = -1.0, n_chosen: typing.SupportsInt | typing.SupportsIndex = -1) -> None:
         """
-        A round's outcome: drafts, accepted drafts (a prefix), rows verified, draft-head rows step 0 wrote, step 0 ms, later steps' ms, verify ms, the caller's ms since the last round (< 0: unknown).
+        A round's outcome: drafts, accepted drafts (a prefix), rows verified, draft-head rows step 0 wrote, step 0 ms, later steps' ms, verify ms, the caller's ms since the last round (< 0: unknown), the drafts choose allowed (< 0: as drafted; one not produced after accepted ones counts as rejected).
         """
     def observe_dormant(self) -> None:
         """

@@ -116,6 +116,21 @@ def test_probes_recover_drafting_after_a_phase_of_rejections():
     assert back <= 200 and high[-20:].count(3) >= 18  # the next probe within 128 rounds, then one every 8
 
 
+def test_rounds_that_draft_nothing_count_as_rejected_and_probes_space_out():
+    """A round whose draft step stopped before drafting (p_min) counts as a rejected draft (it taught nothing, and
+    one draft was chosen every round while the prior stood), and as a probe it gives can_pay no pair to judge: the
+    probes space out (they came every 8 rounds for as long as the request ran)."""
+    p = policy(n_max=1)
+    probes = []
+    for i in range(600):
+        k = p.choose(1)
+        if k:
+            probes.append(i)
+        p.observe(0, 0, 1, 1, 0.2 if k else 0.0, 0.0, 1.0, n_chosen=k)  # step 0 ran, p_min stopped the draft
+    gaps = [b - a for a, b in zip(probes, probes[1:])]
+    assert probes and p.can_pay() and gaps[-2:] == [128, 128]
+
+
 def test_n_min_keeps_positive_choices_at_least_n_min():
     p = policy(n_max=4, n_min=2)
     chosen = play(p, lambda j: j <= 2, 30, limit=4)
@@ -388,3 +403,31 @@ def test_a_request_after_reconsidering_drafts_again_with_plain_decodings_tokens(
     while len(out) < 60:
         out += g.step(max_tokens=60 - len(out))
     assert p.can_pay() and g.stats["n_drafted"] > 0 and out == plain
+
+
+def test_reconsidering_waits_for_a_request_that_loses_little_of_the_cached_prompt(checkpoints):
+    """Drafting resumes a prompt only where the draft head's rows end, and a dormant sequence wrote none: a chat's
+    next turn, whose history is cached, keeps that cache and stays without drafts; a request that loses at most one
+    ubatch (n_batch) of it, here a new conversation, judges anew."""
+    from glm5next_runtime import Model
+    ckpt = checkpoints.make("spec-predictable", "predictable", dtype="f32")
+    model = Model(checkpoints.convert(ckpt, outtype="f32"), n_ctx=512, n_threads=2, n_batch=32, draft_n_max=3)
+    p = model.generator(temperature=0).policy
+    timed(p, 9, 1.0, 1.9, 0.2)
+
+    def request(prompt, n):
+        g = model.generator(temperature=0)
+        out = [g.start(prompt, cache_prompt=True)]
+        while len(out) < n:
+            out += g.step(max_tokens=n - len(out))
+        g.finish()
+        return out, g.stats
+
+    history = random_tokens(100, seed=13)
+    reply, _ = request(history, 20)
+    for _ in range(p.RECONSIDER_AFTER):
+        p.observe_dormant()
+    _, turn = request(history + reply + random_tokens(10, seed=14), 20)
+    assert not p.can_pay() and turn["n_cached_tokens"] >= 100 and turn["n_drafted"] == 0
+    _, fresh = request(random_tokens(40, seed=15), 40)
+    assert p.can_pay() and fresh["n_drafted"] > 0

@@ -15,6 +15,8 @@ import numpy as np
 import pytest
 from gguf import GGUFValueType as VT
 
+from conftest import random_tokens
+
 from glm5next_runtime import _core
 
 ARCH_KEYS = {  # hparams field -> metadata key without the arch prefix
@@ -376,6 +378,21 @@ def test_weights_are_mapped_not_copied(checkpoints):
     assert anon_load < size / 20, f"anonymous memory grew by {anon_load / 2**20:.0f} MiB at load"
     assert anon_touched < size / 20, f"anonymous memory grew by {anon_touched / 2**20:.0f} MiB reading weights"
     assert file_touched > size / 2  # the reads did go through the file mapping
+
+
+def test_verify_passes_run_in_the_compute_buffers_sized_at_load(tiny):
+    """The load report is what generation uses: the compute buffers reserved at load for verify passes of 1 and of
+    n_verify_rows rows are the ones those passes run in, so running them allocates nothing more (reserved under
+    another graph class, each first verify allocated buffers of its own, and a device too small for them failed at
+    the first request instead of at load)."""
+    from glm5next_runtime import _core
+    engine = _core.Engine(_core.Model(str(tiny), []), 128, 64, 2, n_verify_rows=4)
+    at_load = engine.memory()
+    engine.eval(random_tokens(20, seed=1))
+    for rows in (random_tokens(1, seed=2), random_tokens(4, seed=3)):
+        engine.verify(rows)
+        engine.commit(len(rows))
+    assert engine.memory() == at_load
 
 
 # ------------------------------------------------------------------------------------------ Python shell

@@ -191,9 +191,10 @@ n_min, shared by its generators).)doc")
              "probe_interval rounds while the best is 0.")
         .def("observe", &DraftLengthPolicy::observe, py::arg("n_drafted"), py::arg("n_accepted"),
              py::arg("verify_rows"), py::arg("pending_rows"), py::arg("first_ms"), py::arg("next_ms"),
-             py::arg("verify_ms"), py::arg("between_ms") = -1.0,
+             py::arg("verify_ms"), py::arg("between_ms") = -1.0, py::arg("n_chosen") = -1,
              "A round's outcome: drafts, accepted drafts (a prefix), rows verified, draft-head rows step 0 wrote, "
-             "step 0 ms, later steps' ms, verify ms, the caller's ms since the last round (< 0: unknown).")
+             "step 0 ms, later steps' ms, verify ms, the caller's ms since the last round (< 0: unknown), the drafts "
+             "choose allowed (< 0: as drafted; one not produced after accepted ones counts as rejected).")
         .def("observe_rows", &DraftLengthPolicy::observe_rows, py::arg("n_rows"), py::arg("ms"),
              "Deferred draft-head rows written without drafting: n_rows of them in ms.")
         .def("acceptance", &DraftLengthPolicy::acceptance, py::arg("j"),

@@ -177,17 +177,19 @@ int DraftLengthPolicy::choose(int limit) {
 }
 
 void DraftLengthPolicy::observe(int n_drafted, int n_accepted, int verify_rows, int64_t pending_rows,
-                                double first_ms, double next_ms, double verify_ms, double between_ms) {
+                                double first_ms, double next_ms, double verify_ms, double between_ms,
+                                int n_chosen) {
     n_drafted = std::clamp(n_drafted, 0, n_max_);
+    const int tried = std::clamp(std::max(n_drafted, n_chosen), 0, n_max_);  // drafts produced or stopped short
     // Decay per round that drafted: rounds without drafts tell nothing new, and decaying then would bring the prior
     // back and with it drafting that was found not to pay (measured: 34 rounds of 256 drafted at zero acceptance).
     // A probe accepted against the estimate's odds (draft 1 estimated below kNewsBelow) is news: the old evidence
     // then counts half, and the next probe comes within kProbeFirst rounds.
     const bool accepted_probe = probing_ && n_drafted > 0 && n_accepted > 0;
     const bool news = accepted_probe && acceptance(1) < kNewsBelow;
-    const double decay = news ? 0.5 : n_drafted > 0 ? std::exp2(-1.0 / kHalfLife) : 1.0;
+    const double decay = news ? 0.5 : tried > 0 ? std::exp2(-1.0 / kHalfLife) : 1.0;
     for (int i = 0; i < n_max_; ++i) tried_[i] *= decay, kept_[i] *= decay;
-    for (int j = 1; j <= n_drafted && j - 1 <= n_accepted; ++j) {  // draft j was judged: drafts before it kept
+    for (int j = 1; j <= tried && j - 1 <= n_accepted; ++j) {  // draft j was judged: drafts before it kept
         tried_[j - 1] += 1.0;
         if (n_accepted >= j) kept_[j - 1] += 1.0;
     }
@@ -195,7 +197,11 @@ void DraftLengthPolicy::observe(int n_drafted, int n_accepted, int verify_rows, 
     drafted_last_ = n_drafted > 0;
     if (probing_) {  // what the probe told, with its timings
         probing_ = false;
-        if (news || best(n_max_) > 0 || probe_ms_.count() < RecentCost::kWindow) {
+        // a probe that drafted nothing or was cut short (p_min, a grammar, n_min) gives can_pay no pair: counted as
+        // rejected, or probes would come every kProbeFirst rounds for as long as no judgment could be made
+        const int lo = std::max(1, n_min_);
+        const bool paired = n_drafted == lo && verify_rows == lo + 1;
+        if (news || best(n_max_) > 0 || (paired && probe_ms_.count() < RecentCost::kWindow)) {
             probe_interval_ = kProbeFirst;  // news, drafting pays now, or can_pay is not judged yet
         } else if (!accepted_probe) {
             probe_interval_ = std::min(2 * probe_interval_, kProbeMost);  // rejected: the next probe waits longer
@@ -255,9 +261,10 @@ void DraftLengthPolicy::judge(int n_drafted, int verify_rows, double round_ms, d
 }
 
 bool DraftLengthPolicy::reconsider() {
-    if (!gave_up_ || dormant_rounds_ < kReconsiderAfter) return false;
+    if (!reconsider_due()) return false;
     gave_up_ = false;
     dormant_rounds_ = 0;
+    drafted_last_ = false;  // the plain rounds before this one ran without the draft head
     probe_ms_ = RecentCost();
     before_ms_ = RecentCost();
     plain_sum_ = 0.0;

@@ -44,9 +44,11 @@ public:
     // rows of its verify pass (kept drafts + 1). first_ms: step 0 (with the pending_rows draft-head rows it wrote),
     // next_ms: the later steps together, verify_ms: the verify pass (with acceptance and commit), between_ms: the
     // caller's time since the previous round ended (< 0: unknown). Times in ms; verify_ms < 0: the round's costs are
-    // unknown (it built a graph: a one-time cost, 3-5x a warm round's), only its acceptance counts.
+    // unknown (it built a graph: a one-time cost, 3-5x a warm round's), only its acceptance counts. n_chosen: the
+    // drafts choose allowed (< 0: n_drafted); a draft the draft step did not produce (p_min stopped it) after
+    // accepted ones counts as rejected, or a round that drafts nothing would teach nothing and be chosen forever.
     void observe(int n_drafted, int n_accepted, int verify_rows, int64_t pending_rows, double first_ms,
-                 double next_ms, double verify_ms, double between_ms = -1.0);
+                 double next_ms, double verify_ms, double between_ms = -1.0, int n_chosen = -1);
     // Draft-head rows written without drafting (rows deferred by rounds that chose 0), n_rows of them in ms.
     void observe_rows(int64_t n_rows, double ms);
 
@@ -69,8 +71,10 @@ public:
     // fresh paired probes (probes every kProbeFirst rounds again), so that a server slot that judged while the
     // machine was busy does not decode without drafts for the rest of its life. Returns whether it did. (At a
     // request's start, not mid-request: the dormant rounds wrote no draft-head rows, and a request's prompt resumes
-    // only where the draft head's rows end, seq_cache.) Costs ~2 requests' probes per kReconsiderAfter rounds.
+    // only where the draft head's rows end, Engine::resume; the caller asks reconsider_due first and weighs that.)
+    // Costs ~2 requests' probes per kReconsiderAfter rounds.
     bool reconsider();
+    bool reconsider_due() const { return gave_up_ && dormant_rounds_ >= kReconsiderAfter; }
     double expected_tokens(int k) const;
     double expected_cost(int k) const;
     int probe_interval() const { return probe_interval_; }

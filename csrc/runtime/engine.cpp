@@ -93,7 +93,9 @@ void Engine::reserve() {
         CacheView at = cache_.view();
         at.n_past = n_ctx - n;
         ggml_context * ctx = nullptr;
-        GraphSlot & slot = graphs_->of(GraphShape{GraphShape::kTrunk, n});
+        // the class verify() asks for (all logits, KDA snapshots): reserved under another, the buffers sized here
+        // would serve no generation, and its first verify of each row count would allocate again
+        GraphSlot & slot = graphs_->of(GraphShape{GraphShape::kTrunk, n, true, true});
         TrunkGraph & g = slot.new_trunk(&ctx);
         build_trunk_graph(g, ctx, model_, at, n, true, true);
         slot.reserve(g.gf, "verify passes of " + std::to_string(n) + " rows and n_ctx = " + std::to_string(n_ctx));
@@ -248,17 +250,21 @@ void Engine::checkpoint(std::vector<float> logits) {
     checkpoints_.add(Checkpoint{cache_.save(), last_hidden_, std::move(logits)});
 }
 
+int64_t Engine::resumable(const std::vector<int32_t> & prompt, bool draft_rows) const {
+    const int64_t common = std::mismatch(tokens_.begin(), tokens_.end(), prompt.begin(), prompt.end()).first - tokens_.begin();
+    if (!draft_rows || !draft_cache_) return common;
+    // the draft head's row c-1 is rewritten with the token after it; the rows before it must be the trunk's
+    return std::min<int64_t>(common, std::min<int64_t>(draft_from_trunk_, draft_cache_->n_past()) + 1);
+}
+
 int64_t Engine::resume(const std::vector<int32_t> & prompt, bool draft_rows, std::vector<float> & hidden,
                        std::vector<float> & logits) {
     check_no_pending_verify();
     logits.clear();
     const int64_t n = (int64_t) prompt.size();
-    const int64_t common = std::mismatch(tokens_.begin(), tokens_.end(), prompt.begin(), prompt.end()).first - tokens_.begin();
-    // the draft head's row c-1 is rewritten with the token after it; the rows before it must be the trunk's
-    const int64_t draft_bound = draft_rows && draft_cache_
-        ? std::min<int64_t>(draft_from_trunk_, draft_cache_->n_past()) + 1 : INT64_MAX;
+    const int64_t common = resumable(prompt, false), draft_bound = resumable(prompt, draft_rows);
     const Checkpoint * whole = common == n && n <= draft_bound ? checkpoints_.with_logits_at(n) : nullptr;
-    const int64_t bound = std::min<int64_t>({common, n - 1, draft_bound});
+    const int64_t bound = std::min<int64_t>({draft_bound, n - 1});
     const int64_t n_past = cache_.n_past();
     if (whole == nullptr && n_past >= 1 && n_past <= bound) {  // the sequence as it is: nothing to restore
         hidden = last_hidden_;

@@ -98,6 +98,10 @@ public:
     // (the draft head's row c-1 needs it).
     int64_t resume(const std::vector<int32_t> & prompt, bool draft_rows, std::vector<float> & hidden,
                    std::vector<float> & logits);
+    // The most of `prompt` resume(prompt, draft_rows) could keep, without changing anything: its common prefix with
+    // the sequence's tokens, with draft_rows bounded by the NextN layer's rows written from the trunk (checkpoints
+    // may keep fewer).
+    int64_t resumable(const std::vector<int32_t> & prompt, bool draft_rows) const;
     const Checkpoints & checkpoints() const { return checkpoints_; }
     // Host memory one checkpoint takes: the trunk's KDA conv windows and states, and one hidden row.
     // (A prompt's end also keeps its last row's logits, n_vocab floats.)

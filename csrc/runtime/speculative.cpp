@@ -68,7 +68,12 @@ int32_t Generator::start(const std::vector<int32_t> & prompt, bool cache_prompt,
     stats_.rounds_at_length.assign(spec_.n_max + 1, 0);
     round_end_ = {};
     stats_.n_prompt = (int64_t) prompt.size();
-    if (policy_) policy_->reconsider();
+    // Drafting again needs the draft head's rows, which the dormant rounds did not write: not at the price of the
+    // cached prompt (a chat's next turn would evaluate its whole history again), at most one ubatch of it
+    if (policy_ && policy_->reconsider_due()) {
+        const int64_t lost = cache_prompt ? engine_.resumable(prompt, false) - engine_.resumable(prompt, true) : 0;
+        if (lost <= engine_.params().n_batch) policy_->reconsider();
+    }
     const bool drafting = this->drafting();
     const auto t0 = std::chrono::steady_clock::now();
     std::vector<float> h_before;  // the post-norm hidden state of the row before the first one evaluated
@@ -305,7 +310,7 @@ void Generator::observe_round(int64_t n_keep, const std::vector<int32_t> & emitt
     const int n_drafted = (int) draft_.tokens.size();
     const bool cold = engine_.n_graphs_built() != round_builds_;  // the round built a graph: not a sample of its cost
     policy_->observe(n_drafted, n_drafted ? (int) emitted.size() - 1 : 0, (int) n_keep + 1, began_rows_, first_ms_,
-                     next_ms_, cold ? -1.0 : verify_ms, between_ms_);
+                     next_ms_, cold ? -1.0 : verify_ms, between_ms_, (int) draft_limit_);
 }
 
 void Generator::carry(const std::vector<int32_t> & emitted, int64_t P) {
