@@ -699,13 +699,13 @@ def run_spec_rows(ours: OursRunner, args: argparse.Namespace, prompts: dict[int,
                              "adaptive": length.adaptive, "index_share": share,
                              "draft_type": dt, "n_prompts": len(prompts[depth]), "spec": on.summary(),
                              "no_spec": off.summary(),
-                             **_paired_speedup(log_ratios),
+                             **paired_speedup(log_ratios),
                              **{k: total[k] for k in ("mean_accepted_length", "acceptance_per_position",
                                                       "rounds_at_length", "draft_ms", "verify_ms")}})
     return rows
 
 
-def _paired_speedup(log_ratios: list[float]) -> dict[str, float]:
+def paired_speedup(log_ratios: list[float]) -> dict[str, float]:
     """speedup: the geometric mean of the paired time ratios (a prompt's rounds without drafts, then the same rounds
     with, back to back), and speedup_se its standard error (delta method; 0 for a single pair). Pairs, not ratios
     of medians: on a shared machine the speed of the same 128-token generation varies by ~15-20% from one run to the

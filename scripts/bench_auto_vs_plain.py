@@ -15,27 +15,10 @@ from __future__ import annotations
 
 import argparse
 import math
-import statistics
-import time
 from pathlib import Path
 
-from glm5next_runtime import Model
+from glm5next_runtime import bench
 from glm5next_runtime.model import DRAFT_N_MAX
-
-
-def generate(model: Model, prompt: list[int], n_gen: int, **kw) -> tuple[float, dict]:
-    """Seconds to decode n_gen tokens after `prompt` (its evaluation untimed), and the generator's stats."""
-    g = model.generator(temperature=0, **kw)
-    out = [g.start(prompt)]
-    t0 = time.perf_counter()
-    while len(out) < n_gen + 1:
-        out += g.step()
-    return time.perf_counter() - t0, g.stats
-
-
-def geometric_mean(logs: list[float]) -> str:
-    se = statistics.stdev(logs) / math.sqrt(len(logs)) if len(logs) > 1 else float("nan")
-    return f"{math.exp(statistics.mean(logs)):.3f} +- {se:.3f} (n = {len(logs)})"
 
 
 def main() -> None:
@@ -50,23 +33,29 @@ def main() -> None:
     p.add_argument("prompts", type=Path, nargs="+", help="text files (held-out code)")
     a = p.parse_args()
 
-    model = Model(a.model, n_ctx=a.depth + a.n_gen + 8, n_threads=a.threads, draft_n_max=a.n_max)
-    prompts = [model.tokenize(f.read_text(), parse_special=False)[:a.depth] for f in a.prompts]
+    ours = bench.OursRunner(a.model, n_ctx=a.depth + a.n_gen + 8, n_threads=a.threads, n_batch=512)
+    prompts = [ours.model.tokenize(f.read_text(), parse_special=False)[:a.depth] for f in a.prompts]
+
+    def seconds(prompt: list[int], adaptive: bool) -> tuple[float, dict]:
+        _, s, stats = ours.spec_decode(prompt, a.n_gen, a.n_max if adaptive else 0, None, "auto", "auto", adaptive)
+        return s, stats
+
     for i in range(a.warmup):
-        generate(model, prompts[i % len(prompts)], a.n_gen, n_max=a.n_max, adaptive=True)
+        seconds(prompts[i % len(prompts)], True)
     auto, floor, drafted = [], [], 0
     for _ in range(a.repetitions):
         for prompt in prompts:
-            first, _ = generate(model, prompt, a.n_gen, n_max=0)
-            adaptive, stats = generate(model, prompt, a.n_gen, n_max=a.n_max, adaptive=True)
-            second, _ = generate(model, prompt, a.n_gen, n_max=0)
+            first, _ = seconds(prompt, False)
+            adaptive, stats = seconds(prompt, True)
+            second, _ = seconds(prompt, False)
             auto.append(math.log((first + second) / 2 / adaptive))
             floor.append(math.log(first / second))
             drafted += stats["n_drafted"]
-    policy = model.generator(temperature=0, n_max=a.n_max).policy
-    print(f"{a.model.name}, -t {a.threads}, d{a.depth} tg{a.n_gen}, n_max {a.n_max}")
-    print(f"auto against plain decoding: {geometric_mean(auto)}")
-    print(f"plain against plain (noise): {geometric_mean(floor)}")
+    policy = ours.model.generator(temperature=0, n_max=a.n_max).policy
+    print(f"{a.model.name}, -t {a.threads}, d{a.depth} tg{a.n_gen}, n_max {a.n_max} ({len(auto)} triplets)")
+    for name, logs in (("auto against plain decoding", auto), ("plain against plain (noise)", floor)):
+        r = bench.paired_speedup(logs)
+        print(f"{name}: {r['speedup']:.3f} +- {r['speedup_se']:.3f}")
     print(f"drafts per generation: {drafted / len(auto):.1f}; the policy can pay at the end: {policy.can_pay()}")
 
 

@@ -226,9 +226,9 @@ def model(request, checkpoints):
     return Model(checkpoints.convert(ckpt, outtype="f32"), n_ctx=512, n_threads=2, draft_n_max=3)
 
 
-def generate(model, prompt, n, **kw):
+def generate(model, prompt, n, cache_prompt=False, **kw):
     g = model.generator(temperature=0, seed=0, **kw)
-    out = [g.start(prompt)]
+    out = [g.start(prompt, cache_prompt=cache_prompt)]
     while len(out) < n:
         out += g.step(max_tokens=n - len(out))
     g.finish()
@@ -390,19 +390,12 @@ def test_a_request_after_reconsidering_drafts_again_with_plain_decodings_tokens(
     plain, _ = generate(model, prompt, 60, n_max=0)
     p = model.generator(temperature=0).policy
     timed(p, 9, 1.0, 1.9, 0.2)
-    g = model.generator(temperature=0)
-    dormant = [g.start(prompt[:40], cache_prompt=True)]
-    while len(dormant) < 20:
-        dormant += g.step(max_tokens=20 - len(dormant))
-    g.finish()
-    assert g.stats["n_drafted"] == 0 and not p.can_pay()
+    _, dormant = generate(model, prompt[:40], 20, cache_prompt=True)
+    assert dormant["n_drafted"] == 0 and not p.can_pay()
     for _ in range(p.RECONSIDER_AFTER):
         p.observe_dormant()
-    g = model.generator(temperature=0)
-    out = [g.start(prompt, cache_prompt=True)]
-    while len(out) < 60:
-        out += g.step(max_tokens=60 - len(out))
-    assert p.can_pay() and g.stats["n_drafted"] > 0 and out == plain
+    out, stats = generate(model, prompt, 60, cache_prompt=True)
+    assert p.can_pay() and stats["n_drafted"] > 0 and out == plain
 
 
 def test_reconsidering_waits_for_a_request_that_loses_little_of_the_cached_prompt(checkpoints):
@@ -414,20 +407,11 @@ def test_reconsidering_waits_for_a_request_that_loses_little_of_the_cached_promp
     model = Model(checkpoints.convert(ckpt, outtype="f32"), n_ctx=512, n_threads=2, n_batch=32, draft_n_max=3)
     p = model.generator(temperature=0).policy
     timed(p, 9, 1.0, 1.9, 0.2)
-
-    def request(prompt, n):
-        g = model.generator(temperature=0)
-        out = [g.start(prompt, cache_prompt=True)]
-        while len(out) < n:
-            out += g.step(max_tokens=n - len(out))
-        g.finish()
-        return out, g.stats
-
     history = random_tokens(100, seed=13)
-    reply, _ = request(history, 20)
+    reply, _ = generate(model, history, 20, cache_prompt=True)
     for _ in range(p.RECONSIDER_AFTER):
         p.observe_dormant()
-    _, turn = request(history + reply + random_tokens(10, seed=14), 20)
+    _, turn = generate(model, history + reply + random_tokens(10, seed=14), 20, cache_prompt=True)
     assert not p.can_pay() and turn["n_cached_tokens"] >= 100 and turn["n_drafted"] == 0
-    _, fresh = request(random_tokens(40, seed=15), 40)
+    _, fresh = generate(model, random_tokens(40, seed=15), 40, cache_prompt=True)
     assert p.can_pay() and fresh["n_drafted"] > 0

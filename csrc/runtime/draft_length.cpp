@@ -119,16 +119,28 @@ int DraftLengthPolicy::best(int limit) const {
     limit = std::clamp(limit, 0, n_max_);
     int k_best = 0;
     double best_rate = expected_tokens(0) / expected_cost(0);
-    for (int k = std::max(1, n_min_); k <= limit; ++k) {
+    for (int k = shortest(); k <= limit; ++k) {
         const double rate = expected_tokens(k) / expected_cost(k);
         if (rate > best_rate) k_best = k, best_rate = rate;
     }
     return k_best;
 }
 
+bool DraftLengthPolicy::refresh_due(int & rounds_since, bool untimed) {
+    ++rounds_since;
+    if ((untimed && rounds_since >= kProbeFirst) || rounds_since >= kPlainEvery) {
+        rounds_since = 0;
+        return true;
+    }
+    return false;
+}
+
+bool DraftLengthPolicy::probe_length(int n_drafted, int verify_rows) const {
+    return n_drafted == shortest() && verify_rows == shortest() + 1;
+}
+
 int DraftLengthPolicy::choose(int limit) {
     limit = std::clamp(limit, 0, n_max_);
-    const int lo = std::max(1, n_min_);
     // Until rounds without drafts were timed kTrusted times, every kProbeFirst rounds kPlainRun rounds have none, so
     // that drafting is weighed against measured plain decoding rather than one extrapolated from verify passes of
     // several rows by the prior's slope (which made a second verify row look like a quarter of a decode step where
@@ -139,10 +151,7 @@ int DraftLengthPolicy::choose(int limit) {
         --plain_left_;
         return 0;
     }
-    ++rounds_since_plain_;
-    const bool untimed = verify_ms_[0].count() < kTrusted;
-    if ((untimed && rounds_since_plain_ >= kProbeFirst) || rounds_since_plain_ >= kPlainEvery) {
-        rounds_since_plain_ = 0;
+    if (refresh_due(rounds_since_plain_, verify_ms_[0].count() < kTrusted)) {
         plain_left_ = kPlainRun - 1;
         return 0;
     }
@@ -155,25 +164,18 @@ int DraftLengthPolicy::choose(int limit) {
         // (its cost extrapolated by a line through fewer rows), every kPlainEvery rounds after (its timings age as
         // the machine's speed drifts, and one measured while slow would keep it from ever being chosen): the
         // "predictable" preset at -t 2 settled on 2 drafts, 1.04x plain decoding, where 3 every round gave 1.11x.
-        if (k < limit) {
-            ++rounds_since_longer_;
-            const bool untimed = verify_ms_[k + 1].count() < kTrusted;
-            if ((untimed && rounds_since_longer_ >= kProbeFirst) || rounds_since_longer_ >= kPlainEvery) {
-                rounds_since_longer_ = 0;
-                return k + 1;
-            }
-        }
+        if (k < limit && refresh_due(rounds_since_longer_, verify_ms_[k + 1].count() < kTrusted)) return k + 1;
         return k;
     }
-    if (limit < lo) return 0;
+    if (limit < shortest()) return 0;
     if (++rounds_since_draft_ < probe_interval_) return 0;
     // A probe: the cheapest draft, so that acceptance (and, until the costs are judged, step 0 and a two-row verify)
-    // is measured again. Its expected loss (C(lo) - C(0) less the tokens it may gain) comes at most once per
+    // is measured again. Its expected loss (C(shortest) - C(0) less the tokens it may gain) comes at most once per
     // kProbeFirst rounds, and ever more rarely while probes leave drafting unprofitable (observe doubles the
     // interval); one that makes drafting pay brings the next probe back to kProbeFirst rounds.
     rounds_since_draft_ = 0;
     probing_ = true;
-    return lo;
+    return shortest();
 }
 
 void DraftLengthPolicy::observe(int n_drafted, int n_accepted, int verify_rows, int64_t pending_rows,
@@ -199,8 +201,7 @@ void DraftLengthPolicy::observe(int n_drafted, int n_accepted, int verify_rows, 
         probing_ = false;
         // a probe that drafted nothing or was cut short (p_min, a grammar, n_min) gives can_pay no pair: counted as
         // rejected, or probes would come every kProbeFirst rounds for as long as no judgment could be made
-        const int lo = std::max(1, n_min_);
-        const bool paired = n_drafted == lo && verify_rows == lo + 1;
+        const bool paired = probe_length(n_drafted, verify_rows);
         if (news || best(n_max_) > 0 || (paired && probe_ms_.count() < RecentCost::kWindow)) {
             probe_interval_ = kProbeFirst;  // news, drafting pays now, or can_pay is not judged yet
         } else if (!accepted_probe) {
@@ -241,7 +242,6 @@ void DraftLengthPolicy::observe_costs(int n_drafted, int verify_rows, int64_t pe
 }
 
 void DraftLengthPolicy::judge(int n_drafted, int verify_rows, double round_ms, double plain_ms) {
-    const int lo = std::max(1, n_min_);
     if (n_drafted == 0 && verify_rows == 1) {
         plain_sum_ += plain_ms;
         ++plain_n_;
@@ -249,13 +249,14 @@ void DraftLengthPolicy::judge(int n_drafted, int verify_rows, double round_ms, d
     }
     // a round of the probes' length after rounds without drafts, against their mean: ratios of window means, not a
     // mean of ratios (one slow plain round would make a ratio large)
-    if (n_drafted == lo && verify_rows == lo + 1 && plain_n_ > 0 && round_ms > plain_ms) {
+    if (probe_length(n_drafted, verify_rows) && plain_n_ > 0 && round_ms > plain_ms) {
         probe_ms_.add(round_ms);
         before_ms_.add(plain_sum_ / double(plain_n_));
     }
     plain_sum_ = 0.0;
     plain_n_ = 0;
-    if (probe_ms_.count() >= RecentCost::kWindow && (lo + 1) * before_ms_.get() < kMinGain * probe_ms_.get()) {
+    if (probe_ms_.count() >= RecentCost::kWindow &&
+        (shortest() + 1) * before_ms_.get() < kMinGain * probe_ms_.get()) {
         gave_up_ = true;
     }
 }

@@ -105,8 +105,14 @@ private:
     };
 
     double verify_cost(int rows) const;
-    // The k in {0} U [max(1, n_min), limit] with the best expected tokens per ms.
+    // The k in {0} U [shortest(), limit] with the best expected tokens per ms.
     int best(int limit) const;
+    int shortest() const { return n_min_ > 1 ? n_min_ : 1; }  // the fewest drafts a positive choice carries (a probe's)
+    // A round of a probe's length with all its drafts verified: what can_pay pairs with the plain rounds before it.
+    bool probe_length(int n_drafted, int verify_rows) const;
+    // Whether a periodic refresh (choose's plain runs, one draft more) is due, counting this round in rounds_since
+    // (reset when due): every kProbeFirst rounds while what it measures is untimed, every kPlainEvery after.
+    static bool refresh_due(int & rounds_since, bool untimed);
     // observe's timings (verify_ms >= 0)
     void observe_costs(int n_drafted, int verify_rows, int64_t pending_rows, double first_ms, double next_ms,
                        double verify_ms, double between_ms);

@@ -250,11 +250,18 @@ void Engine::checkpoint(std::vector<float> logits) {
     checkpoints_.add(Checkpoint{cache_.save(), last_hidden_, std::move(logits)});
 }
 
-int64_t Engine::resumable(const std::vector<int32_t> & prompt, bool draft_rows) const {
-    const int64_t common = std::mismatch(tokens_.begin(), tokens_.end(), prompt.begin(), prompt.end()).first - tokens_.begin();
-    if (!draft_rows || !draft_cache_) return common;
+int64_t Engine::common_prefix(const std::vector<int32_t> & prompt) const {
+    return std::mismatch(tokens_.begin(), tokens_.end(), prompt.begin(), prompt.end()).first - tokens_.begin();
+}
+
+int64_t Engine::draft_rows_end() const {
     // the draft head's row c-1 is rewritten with the token after it; the rows before it must be the trunk's
-    return std::min<int64_t>(common, std::min<int64_t>(draft_from_trunk_, draft_cache_->n_past()) + 1);
+    return draft_cache_ ? std::min<int64_t>(draft_from_trunk_, draft_cache_->n_past()) + 1 : INT64_MAX;
+}
+
+int64_t Engine::resumable(const std::vector<int32_t> & prompt, bool draft_rows) const {
+    const int64_t common = common_prefix(prompt);
+    return draft_rows ? std::min(common, draft_rows_end()) : common;
 }
 
 int64_t Engine::resume(const std::vector<int32_t> & prompt, bool draft_rows, std::vector<float> & hidden,
@@ -262,9 +269,9 @@ int64_t Engine::resume(const std::vector<int32_t> & prompt, bool draft_rows, std
     check_no_pending_verify();
     logits.clear();
     const int64_t n = (int64_t) prompt.size();
-    const int64_t common = resumable(prompt, false), draft_bound = resumable(prompt, draft_rows);
+    const int64_t common = common_prefix(prompt), draft_bound = draft_rows ? draft_rows_end() : INT64_MAX;
     const Checkpoint * whole = common == n && n <= draft_bound ? checkpoints_.with_logits_at(n) : nullptr;
-    const int64_t bound = std::min<int64_t>({draft_bound, n - 1});
+    const int64_t bound = std::min<int64_t>({common, n - 1, draft_bound});
     const int64_t n_past = cache_.n_past();
     if (whole == nullptr && n_past >= 1 && n_past <= bound) {  // the sequence as it is: nothing to restore
         hidden = last_hidden_;

@@ -155,6 +155,10 @@ private:
     void reserve();
     void check_tokens(const int32_t * tokens, int64_t n) const;
     void check_no_pending_verify() const;
+    // resume's bounds: the prompt's common prefix with tokens_, and the draft head's rows written from the trunk
+    // (+ 1: row c-1 is rewritten; INT64_MAX without a draft head)
+    int64_t common_prefix(const std::vector<int32_t> & prompt) const;
+    int64_t draft_rows_end() const;
     // Runs one ubatch of the trunk and reads its outputs into `out` from row row0; returns the KDA snapshots
     // when built for a verify pass.
     std::vector<KdaSnapshots> eval_ubatch(const int32_t * tokens, int64_t n, bool logits_all, EvalOutput & out,

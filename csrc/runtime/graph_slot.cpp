@@ -96,9 +96,10 @@ GraphSlots::GraphSlots(std::vector<ggml_backend_t> & backends, ggml_backend_t cp
 GraphSlot & GraphSlots::of(const GraphShape & shape) {
     if (shape.n_rows > kGatherMaxRows) return *batch_;
     ++uses_;
+    GraphShape shape_class = shape;
+    shape_class.layout = GraphLayout{};
     for (Few & f : few_) {
-        if (f.kind == shape.kind && f.n_rows == shape.n_rows && f.all_logits == shape.all_logits &&
-            f.snapshots == shape.snapshots && f.shared == shape.shared) {
+        if (f.shape_class == shape_class) {
             f.last_use = uses_;
             return *f.slot;
         }
@@ -109,8 +110,7 @@ GraphSlot & GraphSlots::of(const GraphShape & shape) {
         built_by_evicted_ += lru->slot->n_built();
         few_.erase(lru);
     }
-    few_.push_back({shape.kind, shape.n_rows, shape.all_logits, shape.snapshots, shape.shared, uses_,
-                    std::make_unique<GraphSlot>(backends_, cpu_, n_nodes_)});
+    few_.push_back({shape_class, uses_, std::make_unique<GraphSlot>(backends_, cpu_, n_nodes_)});
     return *few_.back().slot;
 }
 

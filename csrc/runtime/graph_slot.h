@@ -113,9 +113,7 @@ public:
 
 private:
     struct Few {
-        GraphShape::Kind kind;
-        int64_t n_rows;
-        bool all_logits, snapshots, shared;
+        GraphShape shape_class;  // a shape without its layout: the slot rebuilds its graph at another layout
         uint64_t last_use;
         std::unique_ptr<GraphSlot> slot;
     };
