@@ -6,7 +6,7 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['DraftChain', 'DraftLengthPolicy', 'Engine', 'Generator', 'Model', 'ModelError', 'Sampler', 'add_rpc_servers', 'ggml_commit', 'ggml_version', 'list_devices', 'read_hparams', 'selected_rows', 'serve_rpc', 'system_info']
+__all__: list[str] = ['Batch', 'DraftChain', 'DraftLengthPolicy', 'Engine', 'Generator', 'Model', 'ModelError', 'Sampler', 'Seq', 'add_rpc_servers', 'ggml_commit', 'ggml_version', 'list_devices', 'read_hparams', 'selected_rows', 'serve_rpc', 'system_info']
 class ModelError(ValueError):
     pass
 class Model:
@@ -111,12 +111,55 @@ class Model:
         """
 class Engine:
     """
-    The trunk of one sequence: caches sized for n_ctx rows, evaluated in ubatches.
+    What the sequences of one loaded model share: the weights, the devices, the
+    graphs kept for reuse and one CPU thread pool (csrc/runtime/engine.h). Sequences (_core.Seq) are made on it;
+    their rows run in its graphs, one sequence's alone or several sequences' together (_core.Batch).
     """
-    def __init__(self, model: Model, n_ctx: typing.SupportsInt | typing.SupportsIndex = 4096, n_batch: typing.SupportsInt | typing.SupportsIndex = 512, n_threads: typing.SupportsInt | typing.SupportsIndex = 0, draft_type: str = 'auto', draft_model: Model = None, n_checkpoints: typing.SupportsInt | typing.SupportsIndex = 32, checkpoint_every: typing.SupportsInt | typing.SupportsIndex = 8192, n_verify_rows: typing.SupportsInt | typing.SupportsIndex = 4) -> None:
+    def __init__(self, model: Model, n_batch: typing.SupportsInt | typing.SupportsIndex = 512, n_threads: typing.SupportsInt | typing.SupportsIndex = 0, draft_type: str = 'auto', draft_model: Model = None, n_verify_rows: typing.SupportsInt | typing.SupportsIndex = 4) -> None:
         """
-        Engine(model: _core.Model, n_ctx: int, n_batch: int, n_threads: int = 0 (all cores), draft_type: str = 'auto' (the draft layer as stored) | 'q8_0' | 'q4_0' (requantized at load), draft_model: _core.Model | None (a separate --mtp-only file with the NextN layer), n_checkpoints: context checkpoints kept (llama-server's --ctx-checkpoints; 0 = none), checkpoint_every: while prefilling, a checkpoint each time n_past crosses a multiple of it (tokens), n_verify_rows: the rows of verify passes and draft steps the compute buffers are sized for at load (draft n_max + 1; longer ones grow them on first use)).
-        Raises ValueError for a draft-only file as model, n_ctx / n_batch / checkpoint_every of 0, a bad draft_type, or a draft file that does not fit the model.
+        Engine(model: _core.Model, n_batch: int (rows per ubatch of a sequence), n_threads: int = 0 (all cores), draft_type: str = 'auto' (the draft layer as stored) | 'q8_0' | 'q4_0' (requantized at load, once for every sequence), draft_model: _core.Model | None (a separate --mtp-only file with the NextN layer), n_verify_rows: the rows of verify passes and draft steps the compute buffers are sized for at load (draft n_max + 1; longer ones grow them on first use)).
+        Raises ValueError for a draft-only file as model, n_batch of 0, a bad draft_type, or a draft file that does not fit the model.
+        """
+    def memory(self) -> list:
+        """
+        memory() -> list of dict(device, weights, caches, compute) in bytes, one per device that holds any, the CPU last: llama.cpp's load report. caches: every sequence's on the engine; compute: the schedulers' buffers (sized at load for a full ubatch at the end of the first sequence's context, grown by the graphs run since), once for all sequences.
+        """
+    def profile_traffic(self, on: bool) -> None:
+        """
+        Measure bytes copied and copy time of every graph run from now on (slows compute: each device syncs after every node; for benchmarks).
+        """
+    def traffic(self) -> dict:
+        """
+        traffic() -> dict(splits, bytes_copied, copy_seconds) of the last graph run: bytes the scheduler copied between devices and the seconds those copies took, measured only while profile_traffic is on (else 0 and -1).
+        """
+    @property
+    def draft_requantized(self) -> dict[str, str]:
+        """
+        The draft layer's tensors requantized at load (draft_type q8_0 / q4_0): GGUF name -> ggml type name.
+        """
+    @property
+    def has_draft_head(self) -> bool:
+        ...
+    @property
+    def n_graphs_built(self) -> int:
+        """
+        Graphs built and allocated since load; a ubatch of the last graph's shape reuses it.
+        """
+    @property
+    def n_splits(self) -> int:
+        """
+        Graph splits of the last graph run (1: every op ran on one device).
+        """
+class Seq:
+    """
+    One sequence (llama.cpp's seq) on an Engine: its tokens, the trunk's and the
+    NextN layer's caches sized for n_ctx rows, its context checkpoints (csrc/runtime/sequence.h; named Seq here, not
+    Sequence, which type checkers take for typing.Sequence). Its own calls run graphs of it alone, in ubatches.
+    """
+    def __init__(self, engine: Engine, n_ctx: typing.SupportsInt | typing.SupportsIndex = 4096, n_checkpoints: typing.SupportsInt | typing.SupportsIndex = 32, checkpoint_every: typing.SupportsInt | typing.SupportsIndex = 8192) -> None:
+        """
+        Seq(engine: _core.Engine, n_ctx: int, n_checkpoints: context checkpoints kept (llama-server's --ctx-checkpoints; 0 = none), checkpoint_every: while prefilling, a checkpoint each time n_past crosses a multiple of it (tokens)).
+        Raises ValueError for n_ctx out of [1, 2^24] or checkpoint_every of 0, RuntimeError when a device cannot hold the caches.
         """
     def checkpoint_stats(self) -> dict:
         """
@@ -152,15 +195,7 @@ class Engine:
         """
     def load_state(self, data: bytes) -> None:
         """
-        load_state(data: bytes): replace the sequence with one save_state returned (on this engine or another of the same model); a prompt sharing a prefix with it then resumes from it. Raises ValueError, naming what is wrong and keeping the sequence as it was, for bytes that are not a saved sequence, a damaged one, one of another model or one longer than n_ctx.
-        """
-    def memory(self) -> list:
-        """
-        memory() -> list of dict(device, weights, caches, compute) in bytes, one per device that holds any, the CPU last: llama.cpp's load report. compute is the scheduler's buffer, sized at load for a full ubatch at the end of the context.
-        """
-    def profile_traffic(self, on: bool) -> None:
-        """
-        Measure bytes copied and copy time of every graph run from now on (slows compute: each device syncs after every node; for benchmarks).
+        load_state(data: bytes): replace the sequence with one save_state returned (by this sequence or another of the same model); a prompt sharing a prefix with it then resumes from it. Raises ValueError, naming what is wrong and keeping the sequence as it was, for bytes that are not a saved sequence, a damaged one, one of another model or one longer than n_ctx.
         """
     def reset(self) -> None:
         """
@@ -168,40 +203,36 @@ class Engine:
         """
     def save_state(self) -> bytes:
         """
-        save_state() -> bytes: the whole sequence (tokens, the trunk's and the NextN layer's cache rows, context checkpoints; csrc/runtime/sequence_state.h), for load_state on an engine of the same model.
-        """
-    def traffic(self) -> dict:
-        """
-        traffic() -> dict(splits, bytes_copied, copy_seconds) of the last graph run: bytes the scheduler copied between devices and the seconds those copies took, measured only while profile_traffic is on (else 0 and -1).
+        save_state() -> bytes: the whole sequence (tokens, the trunk's and the NextN layer's cache rows, context checkpoints; csrc/runtime/sequence_state.h), for load_state on a sequence of the same model.
         """
     def verify(self, tokens: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex]) -> dict:
         """
         The verify pass of a draft-MTP round over `tokens` (one ubatch), as provisional rows. Returns
         "logits" float32 [n, n_vocab] and "hidden" float32 [n, n_embd] of every row. commit(n_keep) must follow before
-        anything else runs on the engine. Raises ValueError for rows that do not fit one ubatch or the context.
+        anything else runs on the sequence. Raises ValueError for rows that do not fit one ubatch or the context.
         """
     @property
-    def draft_requantized(self) -> dict[str, str]:
+    def cache_bytes(self) -> int:
         """
-        The draft layer's tensors requantized at load (draft_type q8_0 / q4_0): GGUF name -> ggml type name.
+        Memory of its caches (trunk and NextN layer), bytes.
+        """
+    @property
+    def engine(self) -> Engine:
+        """
+        The engine it runs on.
         """
     @property
     def has_draft_head(self) -> bool:
         ...
     @property
-    def n_graphs_built(self) -> int:
+    def n_ctx(self) -> int:
         """
-        Graphs built and allocated since load; a ubatch of the last graph's shape reuses it.
+        Rows its caches hold.
         """
     @property
     def n_past(self) -> int:
         """
         Tokens in the sequence.
-        """
-    @property
-    def n_splits(self) -> int:
-        """
-        Graph splits of the last graph run (1: every op ran on one device).
         """
     @property
     def tokens(self) -> list[int]:
@@ -215,9 +246,9 @@ class DraftChain:
     step on (z of the step before, token). With share=True steps >= 1 attend exactly step 0's selection (index
     sharing); with share=False each runs the head's own indexer. The caller picks the tokens.
     """
-    def __init__(self, engine: Engine, share: bool) -> None:
+    def __init__(self, sequence: Seq, share: bool) -> None:
         """
-        Raises ValueError when the engine has no draft head.
+        Raises ValueError when the sequence's engine has no draft head.
         """
     def begin(self, hidden: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], next_tokens: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], pos0: typing.SupportsInt | typing.SupportsIndex) -> dict:
         """
@@ -298,13 +329,13 @@ class Sampler:
         ...
 class Generator:
     """
-    Generation on an Engine's sequence, optionally with draft-MTP
+    Generation on a Sequence, optionally with draft-MTP
     speculation (runtime.md, draft-MTP round). Greedy output is the same with and without speculation; sampled
     output keeps the target distribution (speculative sampling).
     """
-    def __init__(self, engine: Engine, n_max: typing.SupportsInt | typing.SupportsIndex = 3, n_min: typing.SupportsInt | typing.SupportsIndex = 0, p_min: typing.SupportsFloat | typing.SupportsIndex = 0.0, index_share: typing.SupportsInt | typing.SupportsIndex = -1, synthetic_accepted: typing.SupportsFloat | typing.SupportsIndex = -1.0, adaptive: bool = True, temperature: typing.SupportsFloat | typing.SupportsIndex = 0.800000011920929, top_k: typing.SupportsInt | typing.SupportsIndex = 40, top_p: typing.SupportsFloat | typing.SupportsIndex = 0.949999988079071, min_p: typing.SupportsFloat | typing.SupportsIndex = 0.05000000074505806, seed: typing.SupportsInt | typing.SupportsIndex = 0, n_probs: typing.SupportsInt | typing.SupportsIndex = -1, logit_bias: collections.abc.Sequence[tuple[typing.SupportsInt | typing.SupportsIndex, typing.SupportsFloat | typing.SupportsIndex]] = [], policy: ... = None) -> None:
+    def __init__(self, sequence: Seq, n_max: typing.SupportsInt | typing.SupportsIndex = 3, n_min: typing.SupportsInt | typing.SupportsIndex = 0, p_min: typing.SupportsFloat | typing.SupportsIndex = 0.0, index_share: typing.SupportsInt | typing.SupportsIndex = -1, synthetic_accepted: typing.SupportsFloat | typing.SupportsIndex = -1.0, adaptive: bool = True, temperature: typing.SupportsFloat | typing.SupportsIndex = 0.800000011920929, top_k: typing.SupportsInt | typing.SupportsIndex = 40, top_p: typing.SupportsFloat | typing.SupportsIndex = 0.949999988079071, min_p: typing.SupportsFloat | typing.SupportsIndex = 0.05000000074505806, seed: typing.SupportsInt | typing.SupportsIndex = 0, n_probs: typing.SupportsInt | typing.SupportsIndex = -1, logit_bias: collections.abc.Sequence[tuple[typing.SupportsInt | typing.SupportsIndex, typing.SupportsFloat | typing.SupportsIndex]] = [], policy: ... = None, end_ids: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex] = []) -> None:
         """
-        n_max: drafts per round (the most, when adaptive; 0 = no speculation); n_min: shorter drafts are not verified; p_min: drafting stops below this top probability; index_share: -1 file, 0 off, 1 on; synthetic_accepted: benchmarks only, a fixed mean number of accepted drafts per round (< 0 = off); adaptive: each round drafts what DraftLengthPolicy chooses from measured acceptance and timings (0 when drafting does not pay; greedy output is the same, sampled output with a fixed seed then depends on timing), False: n_max every round. Raises ValueError for speculation without a NextN layer, n_max >= n_batch, or bad sampler settings. n_probs >= 0: report log-probabilities (probs), with the n_probs most probable tokens'; < 0: none. logit_bias: [(token id, bias)] added to the logits of every row (a token listed twice gets both; -inf bans it); ValueError for an id outside the vocabulary, a NaN or +inf bias. policy: the DraftLengthPolicy an adaptive generator learns in (shared with earlier generators, so that acceptance and timings carry over requests); None: a new one. ValueError for a policy of another n_max or n_min.
+        n_max: drafts per round (the most, when adaptive; 0 = no speculation); n_min: shorter drafts are not verified; p_min: drafting stops below this top probability; index_share: -1 file, 0 off, 1 on; synthetic_accepted: benchmarks only, a fixed mean number of accepted drafts per round (< 0 = off); adaptive: each round drafts what DraftLengthPolicy chooses from measured acceptance and timings (0 when drafting does not pay; greedy output is the same, sampled output with a fixed seed then depends on timing), False: n_max every round. Raises ValueError for speculation without a NextN layer, n_max >= n_batch, or bad sampler settings. n_probs >= 0: report log-probabilities (probs), with the n_probs most probable tokens'; < 0: none. logit_bias: [(token id, bias)] added to the logits of every row (a token listed twice gets both; -inf bans it); ValueError for an id outside the vocabulary, a NaN or +inf bias. policy: the DraftLengthPolicy an adaptive generator learns in (shared with earlier generators, so that acceptance and timings carry over requests); None: a new one. ValueError for a policy of another n_max or n_min. end_ids: the end-of-generation tokens: drafting stops after drafting one (nothing after it is emitted).
         """
     def begin_draft(self, max_tokens: typing.SupportsInt | typing.SupportsIndex = 9223372036854775807) -> int:
         """
@@ -345,6 +376,16 @@ class Generator:
         With n_probs >= 0: per token the last start(), step() or verify() returned, (token, logprob, [(id, logprob) of the n_probs most probable tokens, most probable first]): natural-log softmax of the raw logits of the target row that produced it (before the sampler's filters and temperature; csrc/runtime/token_probs.h). Empty with n_probs < 0.
         """
     @property
+    def prompt_left(self) -> int:
+        """
+        Rows of that prompt still to evaluate (0 when none or not prompting).
+        """
+    @property
+    def prompting(self) -> bool:
+        """
+        Whether a prompt started by Batch.start is not done (rows to evaluate, or its first token to sample).
+        """
+    @property
     def room(self) -> int:
         """
         Tokens the context can still take.
@@ -353,6 +394,50 @@ class Generator:
     def stats(self) -> dict:
         """
         Counters since start(): prompt tokens (and of those resumed from the cache), timings (ms), speculation (n_drafts = rounds that carried drafts, n_drafted, n_accepted, acceptance_per_position, drafted_at, accepted_at, mean_accepted_length = accepted drafts + 1 per round, rounds_at_length = rounds allowed k drafts for k = 0..n_max).
+        """
+class Batch:
+    """
+    One round for several generators, each on its own sequence of one engine, in
+    shared graphs (csrc/runtime/batch.h): set(generators, max_tokens), then begin(), draft_step(masks) while drafting,
+    verify(masks); emitted(i). A generator's tokens and drafts are those it gives alone.
+    """
+    @staticmethod
+    def start(generator: Generator, prompt: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], cache_prompt: bool = False) -> None:
+        """
+        Start `prompt` on `generator` (cache_prompt as Generator.start) without evaluating it: the rounds that include the generator evaluate it, a ubatch per round; the round of its last ubatch emits its first token. Raises ValueError for an empty prompt, an id outside the vocabulary or a prompt longer than the context.
+        """
+    def __init__(self, engine: Engine) -> None:
+        ...
+    def __len__(self) -> int:
+        ...
+    def begin(self) -> None:
+        """
+        Phase 1: drafts chosen, waiting draft-head rows written and step 0 run, for every generator at once. Raises ValueError as Generator.begin_draft.
+        """
+    def draft_step(self, masks: collections.abc.Sequence[typing.Any] = []) -> None:
+        """
+        Phase 2: each generator with a draft to draw draws it under its mask (uint32 [ceil(n_vocab / 32)] or None; [] for none at all), then the next steps of those that go on run in one graph.
+        """
+    def drafts(self, i: typing.SupportsInt | typing.SupportsIndex) -> list[int]:
+        """
+        Generator i's drafts this round so far.
+        """
+    def emitted(self, i: typing.SupportsInt | typing.SupportsIndex) -> list[int]:
+        """
+        The tokens generator i emitted in the round (after verify; none while its prompt goes on).
+        """
+    def set(self, generators: collections.abc.Sequence[Generator], max_tokens: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex]) -> None:
+        """
+        The generators of the next round (each on its own sequence of this engine) and the tokens each one's caller may still use. Raises ValueError for a generator of another engine, two on one sequence, or lists of different lengths.
+        """
+    def verify(self, masks: collections.abc.Sequence[typing.Any] = []) -> None:
+        """
+        Phase 3: one trunk graph (prompt ubatches, verify passes), then each generator accepts under its masks (Generator.verify's masks for a decoding one, the first token's for one whose prompt ends; None) and commits.
+        """
+    @property
+    def drafting(self) -> bool:
+        """
+        Whether a generator has a draft to draw (draft_step).
         """
 class DraftLengthPolicy:
     """

@@ -139,69 +139,115 @@ class GenerationStream(Iterator[str]):
         return self.result
 
 
-def decode(generator: _core.Generator, tokenizer: Tokenizer, n_ctx: int, prompt: list[int], max_tokens: int,
-           stop: Sequence[str], cache_prompt: bool = False, special: bool = False,
-           tokens: list[int] | None = None,
-           logprobs: list[TokenLogprob] | None = None,
-           constraint: Constraint | None = None) -> Generator[str, None, GenerationResult]:
-    """Run `generator` on `prompt` (checked: non-empty ids of `tokenizer`'s vocab that fit in the n_ctx-token
-    context) until an end-of-generation token, a stop string (non-empty), max_tokens (>= 0), or a full context.
-    The sequence starts over, or with cache_prompt resumes from the longest prefix of the prompt it holds
-    (_core.Generator.start). Each round of the C++ loop emits one or more tokens (accepted drafts,
-    then the target's). Generated control tokens are text only with `special` (Tokenizer.token_to_piece); they
-    count as tokens either way. The generated ids are appended to `tokens` as they come (a new list when None:
-    GenerationStream.tokens shows them), and with `logprobs` (a list: the generator was made with n_probs >= 0)
-    each one's TokenLogprob to it, before the text its token completes is yielded. With a `constraint` (a
-    grammar's matcher, grammar.py) every token is one the grammar allows: the rounds run through it (drafts and
-    verify rows under its masks). Yields text pieces (see TextStream); returns the GenerationResult."""
-    end_ids = set(end_of_generation_ids(tokenizer))
-    text = TextStream(stop)
-    pieces: list[str] = []
-    tokens = [] if tokens is None else tokens
-    finish = "length"
-    # Every generated token must fit in the context, so that it can be evaluated (e.g. to continue the sequence).
-    max_tokens = min(max_tokens, n_ctx - len(prompt))
-    if max_tokens == 0:
-        generator.start(prompt, cache_prompt)
-        return GenerationResult("", [], finish, _metrics(generator.stats, 0, 0.0), logprobs)
+class Decoding:
+    """What one generation makes of the tokens its rounds emit, whoever runs the rounds (decode below, one
+    generation alone; scheduler.py, many on one engine): the text pieces that are safe to show (TextStream), the
+    end (an end-of-generation token, a stop string, max_tokens, a full context), the generated ids and their
+    log-probabilities, and the result.
 
-    busy = time.perf_counter()
-    emitted = [generator.start(prompt, cache_prompt) if constraint is None
-               else constraint.start(generator, prompt, cache_prompt)]
-    decode_s = time.perf_counter() - busy - generator.stats["prompt_ms"] / 1e3  # the first sample
-    while True:
-        probs = generator.probs if logprobs is not None else []  # one entry per emitted token
+    tokenizer: the model's; n_ctx: the context; prompt_len: the prompt's ids; max_tokens (>= 0) and stop (non-empty
+    strings) as Model.generate's; special: control tokens shown as text; tokens / logprobs: the lists the generated
+    ids and, when asked for (a list), their TokenLogprob entries are appended to (GenerationStream shows them)."""
+
+    def __init__(self, tokenizer: Tokenizer, n_ctx: int, prompt_len: int, max_tokens: int, stop: Sequence[str],
+                 special: bool = False, tokens: list[int] | None = None, logprobs: list[TokenLogprob] | None = None):
+        self._tokenizer = tokenizer
+        self._end_ids = set(end_of_generation_ids(tokenizer))
+        self._text = TextStream(stop)
+        self._special = special
+        self._pieces: list[str] = []
+        self.tokens = [] if tokens is None else tokens
+        self.logprobs = logprobs
+        # Every generated token must fit in the context, so that it can be evaluated (e.g. to continue the sequence).
+        self.max_tokens = min(max_tokens, n_ctx - prompt_len)
+        self.finish_reason = "length"
+        self.done = self.max_tokens == 0
+
+    @property
+    def budget(self) -> int:
+        """Tokens the generation may still produce (a round's max_tokens)."""
+        return self.max_tokens - len(self.tokens)
+
+    def feed(self, emitted: Sequence[int], probs: Sequence[tuple]) -> Iterator[str]:
+        """Take a round's emitted tokens (probs: their (token, logprob, top) entries when logprobs are asked for)
+        and yield the text pieces they make safe to show, each once its tokens are in `tokens` (and `logprobs`).
+        Sets `done` at the end of the generation: what it emitted after the end is dropped."""
         for i, token in enumerate(emitted):
-            if token in end_ids:
-                finish = "stop"
-                break
-            tokens.append(token)
-            if logprobs is not None:
-                logprobs.append(TokenLogprob(*probs[i]))
-            piece = text.feed(tokenizer.token_to_piece(token, special))
+            if token in self._end_ids:
+                self.finish_reason = "stop"
+                self.done = True
+                return
+            self.tokens.append(token)
+            if self.logprobs is not None:
+                self.logprobs.append(TokenLogprob(*probs[i]))
+            piece = self._text.feed(self._tokenizer.token_to_piece(token, self._special))
             if piece:
-                pieces.append(piece)
+                self._pieces.append(piece)
                 yield piece
-            if text.stopped:
-                finish = "stop"
+            if self._text.stopped:
+                self.finish_reason = "stop"
+                self.done = True
+                return
+            if len(self.tokens) == self.max_tokens:
+                self.done = True
+                return
+
+    def end(self) -> Iterator[str]:
+        """The held-back text, once the generation ended (by `done` or a full context)."""
+        self.done = True
+        tail = self._text.flush()
+        if tail:
+            self._pieces.append(tail)
+            yield tail
+
+    def result(self, stats: dict, decode_s: float) -> GenerationResult:
+        """The GenerationResult, from the generator's stats and the seconds its rounds took (after end())."""
+        return GenerationResult("".join(self._pieces), self.tokens, self.finish_reason,
+                                _metrics(stats, len(self.tokens), decode_s), self.logprobs)
+
+
+@dataclass
+class Generation:
+    """One generation, checked and ready to run (Model.generation): its generator on a sequence of `engine`, its
+    prompt ids (non-empty, in the vocab, within n_ctx), whether the prompt resumes from what the sequence holds
+    (cache_prompt, see _core.Generator.start), what it makes of the emitted tokens (`decoding`) and the grammar's
+    matcher when one constrains it. run() runs it alone; scheduler.py runs many at once on one engine, their rounds
+    batched, with the same tokens."""
+
+    engine: _core.Engine
+    generator: _core.Generator
+    prompt: list[int]
+    cache_prompt: bool
+    decoding: Decoding
+    constraint: Constraint | None = None
+
+    def run(self) -> Generator[str, None, GenerationResult]:
+        """Run the generation alone until an end-of-generation token, a stop string, max_tokens or a full context.
+        Each round of the C++ loop emits one or more tokens (accepted drafts, then the target's). With a
+        constraint every token is one the grammar allows: the rounds run through it (drafts and verify rows under
+        its masks). Yields text pieces (Decoding.feed); returns the GenerationResult."""
+        generator, run, constraint = self.generator, self.decoding, self.constraint
+        if run.done:
+            generator.start(self.prompt, self.cache_prompt)
+            return run.result(generator.stats, 0.0)
+        busy = time.perf_counter()
+        emitted = [generator.start(self.prompt, self.cache_prompt) if constraint is None
+                   else constraint.start(generator, self.prompt, self.cache_prompt)]
+        decode_s = time.perf_counter() - busy - generator.stats["prompt_ms"] / 1e3  # the first sample
+        while True:
+            yield from run.feed(emitted, generator.probs if run.logprobs is not None else [])
+            if run.done or generator.room <= 0:
                 break
-            if len(tokens) == max_tokens:
-                break
-        else:
-            if generator.room > 0:
-                busy = time.perf_counter()
-                budget = max_tokens - len(tokens)
-                emitted = generator.step(budget) if constraint is None else constraint.step(generator, budget)
-                decode_s += time.perf_counter() - busy
-                continue
-        break
-    generator.finish()  # the draft head's rows complete: the next prompt may resume at this sequence's end
-    tail = text.flush()
-    if tail:
-        pieces.append(tail)
-        yield tail
-    return GenerationResult("".join(pieces), tokens, finish, _metrics(generator.stats, len(tokens), decode_s),
-                            logprobs)
+            busy = time.perf_counter()
+            emitted = generator.step(run.budget) if constraint is None else constraint.step(generator, run.budget)
+            decode_s += time.perf_counter() - busy
+        generator.finish()  # the draft head's rows complete: the next prompt may resume at this sequence's end
+        yield from run.end()
+        return run.result(generator.stats, decode_s)
+
+    def run_to_end(self) -> GenerationResult:
+        """run() to its end, alone; its result."""
+        return GenerationStream(self.run(), self.decoding.tokens, self.decoding.logprobs).finish()
 
 
 def _metrics(stats: dict, n_generated: int, decode_s: float) -> dict:

@@ -154,8 +154,7 @@ class Constraint:
         self._grammar = grammar
         self._matcher = llguidance.LLMatcher(grammar._tokenizer, grammar._grammar, log_level=0)
         self._check()
-        self._words = (grammar.n_vocab + 31) // 32
-        self._masks = np.empty((1, self._words), dtype=np.int32)  # llguidance writes int32 words
+        self._masks = MaskRows((grammar.n_vocab + 31) // 32)  # reused round after round
 
     def start(self, generator: _core.Generator, prompt: list[int], cache_prompt: bool) -> int:
         """generator.start under the grammar: the first token, consumed."""
@@ -167,36 +166,27 @@ class Constraint:
         """One round of `generator` under the grammar (generator.step's meaning): the draft head drafts under the
         grammar's mask after the drafts so far (a lookahead on a copy of the matcher), the target verifies the
         drafts with each row's mask, and the matcher consumes what was emitted. Drafting stops after an
-        end-of-generation token (nothing follows it)."""
+        end-of-generation token (the generator's end_ids: nothing follows it)."""
         limit = generator.begin_draft(max_tokens)
-        if len(self._masks) < limit + 1:
-            self._masks = np.empty((limit + 1, self._words), dtype=np.int32)
-        masks = self._masks.view(np.uint32)
-        # the lookahead runs on a copy (3 us, less than consuming 3 tokens and rolling them back, 6 us; and
-        # llguidance cannot roll back over a Lark rule with stop= or max_tokens=)
-        ahead = self._matcher.deep_copy() if limit else self._matcher
-        fill_next_token_bitmask(ahead, self._masks, 0)
-        n = 0
-        while n < limit:
-            token = generator.draft_next(masks[n])
+        masks = self.round(drafting=limit > 0)
+        while masks.n < limit:
+            token = generator.draft_next(masks.draft_mask())
             if token < 0:
                 break
-            ahead.consume_token(token)
-            n += 1
-            fill_next_token_bitmask(ahead, self._masks, n)
-            if token in self._grammar.end_ids:  # nothing follows it
-                break
-        if ahead.is_error():
-            raise RuntimeError(f"grammar matcher: {ahead.get_error()}")
-        emitted = generator.verify(n, masks[:n + 1])
+            masks.drafted(token)
+        emitted = generator.verify(masks.n, masks.verify_masks())
         self.consume(emitted)
         return emitted
+
+    def round(self, drafting: bool) -> RoundMasks:
+        """The masks of one round (Constraint.step's, or scheduler.py's for a round batched with other
+        sequences'); `drafting`: the round may draft (its lookahead runs on a copy of the matcher)."""
+        return RoundMasks(self._matcher.deep_copy() if drafting else self._matcher, self._masks)
 
     def mask(self) -> np.ndarray:
         """uint32 [ceil(n_vocab / 32)]: the tokens allowed next (bit t % 32 of word t / 32), for
         _core.Generator.start."""
-        fill_next_token_bitmask(self._matcher, self._masks, 0)
-        return self._masks[0].view(np.uint32).copy()
+        return self._masks.fill(self._matcher, 0).copy()
 
     def consume(self, tokens: Sequence[int]) -> None:
         """Advance by generated tokens (each allowed by the mask it was sampled under), up to and including the
@@ -210,3 +200,54 @@ class Constraint:
     def _check(self) -> None:
         if self._matcher.is_error():
             raise RuntimeError(f"grammar matcher: {self._matcher.get_error()}")
+
+
+class MaskRows:
+    """Token bitmask rows llguidance fills (int32 words, read as uint32), grown on demand and reused."""
+
+    def __init__(self, words: int):
+        self._rows = np.empty((1, words), dtype=np.int32)
+
+    def fill(self, matcher: llguidance.LLMatcher, row: int) -> np.ndarray:
+        """Fills row `row` with the tokens `matcher` allows next and returns it, uint32 [words] (rows before it
+        kept)."""
+        if len(self._rows) <= row:
+            grown = np.empty((max(row + 1, 2 * len(self._rows)), self._rows.shape[1]), dtype=np.int32)
+            grown[: len(self._rows)] = self._rows
+            self._rows = grown
+        fill_next_token_bitmask(matcher, self._rows, row)
+        return self._rows[row].view(np.uint32)
+
+    def first(self, n: int) -> np.ndarray:
+        """uint32 [n, words]: the first n rows."""
+        return self._rows[:n].view(np.uint32)
+
+
+class RoundMasks:
+    """The grammar's masks of one draft-MTP round: row i the tokens allowed after the round's first i drafts, from
+    a lookahead `ahead` that consumes each draft as it is drawn (a copy of the matcher when the round drafts: 3 us,
+    less than consuming 3 tokens and rolling them back, 6 us; and llguidance cannot roll back over a Lark rule with
+    stop= or max_tokens=). The matcher itself moves only by what the round emits (Constraint.consume)."""
+
+    def __init__(self, ahead: llguidance.LLMatcher, rows: MaskRows):
+        self._ahead = ahead
+        self._rows = rows
+        self.n = 0  # drafts consumed by the lookahead
+        self._next = rows.fill(ahead, 0)
+
+    def draft_mask(self) -> np.ndarray:
+        """uint32 [ceil(n_vocab / 32)]: the tokens the next draft may be."""
+        return self._next
+
+    def drafted(self, token: int) -> None:
+        """The next draft was `token` (drawn under draft_mask): the lookahead consumes it. Raises RuntimeError if the
+        matcher refuses it."""
+        self._ahead.consume_token(token)
+        if self._ahead.is_error():
+            raise RuntimeError(f"grammar matcher: {self._ahead.get_error()}")
+        self.n += 1
+        self._next = self._rows.fill(self._ahead, self.n)
+
+    def verify_masks(self) -> np.ndarray:
+        """uint32 [n + 1, ceil(n_vocab / 32)]: the verify rows' masks (Generator.verify's masks)."""
+        return self._rows.first(self.n + 1)

@@ -9,7 +9,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from . import _core
-from .generate import GenerationResult, GenerationStream, TokenLogprob, decode, end_of_generation_ids
+from .generate import Decoding, Generation, GenerationResult, GenerationStream, TokenLogprob, end_of_generation_ids
 from .grammar import Grammar, constraint_for
 from .draft import DraftResult, draft, selected_positions
 from .placement import CPU, plan_placement
@@ -124,8 +124,8 @@ class Model:
                 raise ValueError(f"{name} = {value}: must be >= 1")
         if ctx_checkpoints < 0:
             raise ValueError(f"ctx_checkpoints = {ctx_checkpoints}: must be >= 0")
-        self._engine_args = dict(n_checkpoints=ctx_checkpoints, checkpoint_every=checkpoint_every,
-                                 n_verify_rows=max(draft_n_max, 0) + 1)
+        self._sequence_args = dict(n_checkpoints=ctx_checkpoints, checkpoint_every=checkpoint_every)
+        self._n_verify_rows = max(draft_n_max, 0) + 1
         # checked before ggml's client sees them: it aborts on a bad endpoint
         _core.add_rpc_servers([rpc] if isinstance(rpc, str) else list(rpc))
         self._files = (os.fspath(path), os.fspath(draft_model) if draft_model else None, list(override_kv))
@@ -144,6 +144,7 @@ class Model:
         self._draft_placement = self._place(self._draft_core) if self._draft_core else {}
         self._spec_draft_type = spec_draft_type
         self._engine = self._new_engine()
+        self._seq = self._new_sequence()
         self._last: dict | None = None
         has_nextn = self._engine.has_draft_head
         self.spec_type = spec_type or ("draft-mtp" if has_nextn else "none")
@@ -158,45 +159,61 @@ class Model:
         self._draft_length_policies: dict[tuple[int, int], _core.DraftLengthPolicy] = {}  # _draft_length_policy
 
     def _new_engine(self) -> _core.Engine:
-        return _core.Engine(self._core, self._n_ctx, self.n_batch, self.n_threads, self._spec_draft_type,
-                            self._draft_core, **self._engine_args)
+        return _core.Engine(self._core, self.n_batch, self.n_threads, self._spec_draft_type, self._draft_core,
+                            self._n_verify_rows)
+
+    def _new_sequence(self) -> _core.Seq:
+        return _core.Seq(self._engine, self._n_ctx, **self._sequence_args)
 
     def another_sequence(self) -> Model:
-        """A Model on the same loaded weights (the mapping and every weight placed on a device, not copied again)
-        with its own sequence: its own engine, caches and compute buffers, the same settings. This is llama.cpp's
-        one model, several contexts: the server's slots are made this way."""
+        """A Model on the same engine (the loaded weights, devices, compute buffers and thread pool, not made
+        again) with its own sequence: its own caches and checkpoints, the same settings. This is llama.cpp's one
+        context, several sequences: the server's slots are made this way, and their rows can share a graph
+        (_core.Batch)."""
         other = copy.copy(self)
         other.spec = dict(self.spec)
-        other._engine = self._new_engine()
+        other._seq = self._new_sequence()
         other._last = None
         # its own: slots generate at once on threads of their own, and a policy is told every round's timings
         other._draft_length_policies = {}
         return other
 
     def unload(self) -> None:
-        """Free this sequence (its engine: caches and compute buffers) and let go of the weights, which are freed
-        once no Model holds them (llama-server's sleep: the slots made by another_sequence share them, so unload
-        them all). Until reload(), only the settings, the tokenizer, path and n_vocab may be used."""
-        self._engine = self._core = self._draft_core = self._last = None
+        """Free this sequence (its caches) and let go of the engine and the weights, which are freed once no Model
+        holds them (llama-server's sleep: the slots made by another_sequence share them, so unload them all). Until
+        reload(), only the settings, the tokenizer, path and n_vocab may be used."""
+        self._seq = self._engine = self._core = self._draft_core = self._last = None
 
     def reload(self, weights_of: Model | None = None) -> None:
-        """Load again after unload(): the file's weights (and the draft file's), placed by the same rules, or those
-        `weights_of` (a loaded Model of the same file, e.g. slot 0 for the others) holds; then an empty sequence.
-        Raises ValueError when the file no longer loads (as the constructor)."""
+        """Load again after unload(): the file's weights (and the draft file's), placed by the same rules, and an
+        engine on them, or the engine `weights_of` (a loaded Model of the same file, e.g. slot 0 for the others)
+        holds; then an empty sequence. Raises ValueError when the file no longer loads (as the constructor)."""
         if weights_of is not None:
-            self._core, self._draft_core = weights_of._core, weights_of._draft_core
+            self._core, self._draft_core, self._engine = weights_of._core, weights_of._draft_core, weights_of._engine
         else:
             path, draft_path, override_kv = self._files
             self._core = _core.Model(path, override_kv)
             self._placement = self._place(self._core)
             self._draft_core = _core.Model(draft_path, override_kv) if draft_path else None
             self._draft_placement = self._place(self._draft_core) if self._draft_core else {}
-        self._engine = self._new_engine()
+            self._engine = self._new_engine()
+        self._seq = self._new_sequence()
 
     @property
     def loaded(self) -> bool:
         """False between unload() and reload()."""
-        return self._engine is not None
+        return self._seq is not None
+
+    @property
+    def engine(self) -> _core.Engine:
+        """The engine this model's sequence runs on, shared with the Models another_sequence made (_core.Batch runs
+        their rounds together)."""
+        return self._engine
+
+    @property
+    def sequence(self) -> _core.Seq:
+        """This model's sequence (its tokens, caches and checkpoints) on the engine."""
+        return self._seq
 
     def eval(self, tokens: Sequence[int], logits_all: bool = False) -> np.ndarray:
         """Append `tokens` to the sequence and run the trunk over them (prefill in ubatches of n_batch).
@@ -206,24 +223,24 @@ class Model:
         `selected_positions(layer)`. Raises ValueError for no tokens, an id outside the vocabulary, or more
         tokens than the context has left (math: ../shared/spec/model.md, Trunk).
         """
-        self._last = self._engine.eval([int(t) for t in tokens], logits_all)
+        self._last = self._seq.eval([int(t) for t in tokens], logits_all)
         logits = self._last["logits"]
         return logits if logits_all else logits[0]
 
     def reset(self) -> None:
         """Forget the sequence: caches cleared, n_past = 0."""
-        self._engine.reset()
+        self._seq.reset()
         self._last = None
 
     @property
     def tokens(self) -> list[int]:
         """The ids the sequence holds, one per evaluated row (what a prompt sharing a prefix resumes from)."""
-        return self._engine.tokens
+        return self._seq.tokens
 
     @property
     def n_past(self) -> int:
         """Tokens in the sequence."""
-        return self._engine.n_past
+        return self._seq.n_past
 
     @property
     def hidden(self) -> np.ndarray:
@@ -255,7 +272,7 @@ class Model:
         sequence is reset (the chain's rows follow the trunk's). share: steps >= 1 reuse step 0's selection.
         Raises ValueError when the model has no NextN layer."""
         self.reset()
-        return _core.DraftChain(self._engine, share)
+        return _core.DraftChain(self._seq, share)
 
     def _require_eval(self) -> dict:
         if self._last is None:
@@ -338,6 +355,20 @@ class Model:
         glm5next_runtime.prompt) for an empty prompt, one longer than n_ctx (a prompt of exactly n_ctx tokens
         generates nothing) or an id outside the vocab.
         """
+        job = self.generation(prompt, max_tokens, temperature, top_k, top_p, min_p, seed, stop, spec_n_max,
+                              cache_prompt, special, logprobs, grammar, json_schema, logit_bias)
+        pieces = GenerationStream(job.run(), job.decoding.tokens, job.decoding.logprobs)
+        return pieces if stream else pieces.finish()
+
+    def generation(self, prompt: str | Sequence[int], max_tokens: int = 128, temperature: float = 0.8,
+                   top_k: int = 40, top_p: float = 0.95, min_p: float = 0.05, seed: int | None = None,
+                   stop: str | Sequence[str] | None = None, spec_n_max: int | None = None, cache_prompt: bool = True,
+                   special: bool = False, logprobs: int | None = None, grammar: str | Grammar | None = None,
+                   json_schema: Mapping[str, Any] | str | bool | None = None,
+                   logit_bias: Mapping[int, float] | Sequence[tuple[int, float]] | None = None) -> Generation:
+        """What generate() runs, checked and ready but not run (the arguments and errors are generate's): run it
+        with Generation.run, or hand it to a Scheduler (scheduler.py) that runs the generations of several sequences
+        of this model's engine at once."""
         ids = self.tokenize(prompt, add_special=True) if isinstance(prompt, str) else [int(t) for t in prompt]
         check_prompt(ids, self.n_ctx, self.n_vocab)
         if max_tokens < 0:
@@ -350,11 +381,9 @@ class Model:
         constraint = constraint_for(self.tokenizer, end_of_generation_ids(self.tokenizer), grammar, json_schema)
         generator = self.generator(n_max=spec_n_max, temperature=temperature, top_k=top_k, top_p=top_p,
                                    min_p=min_p, seed=seed, n_probs=logprobs, logit_bias=logit_bias)
-        tokens: list[int] = []
-        entries: list[TokenLogprob] | None = None if logprobs is None else []
-        pieces = GenerationStream(decode(generator, self.tokenizer, self.n_ctx, ids, max_tokens, stops, cache_prompt,
-                                         special, tokens, entries, constraint), tokens, entries)
-        return pieces if stream else pieces.finish()
+        decoding = Decoding(self.tokenizer, self.n_ctx, len(ids), max_tokens, stops, special, [],
+                            None if logprobs is None else [])
+        return Generation(self._engine, generator, ids, cache_prompt, decoding, constraint)
 
     def generator(self, n_max: int | None = None, temperature: float = 0.8, top_k: int = 40, top_p: float = 0.95,
                   min_p: float = 0.05, seed: int | None = None, index_share: str | None = None,
@@ -399,10 +428,11 @@ class Model:
         if seed is None:
             seed = int.from_bytes(os.urandom(8), "little")
         bias = list(logit_bias.items()) if isinstance(logit_bias, Mapping) else list(logit_bias or ())
-        return _core.Generator(self._engine, **spec, synthetic_accepted=synthetic_accepted,
+        return _core.Generator(self._seq, **spec, synthetic_accepted=synthetic_accepted,
                                temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed,
                                n_probs=-1 if n_probs is None else n_probs, logit_bias=bias,
-                               policy=self._draft_length_policy(spec) if synthetic_accepted < 0 else None)
+                               policy=self._draft_length_policy(spec) if synthetic_accepted < 0 else None,
+                               end_ids=end_of_generation_ids(self.tokenizer))
 
     def _draft_length_policy(self, spec: dict) -> _core.DraftLengthPolicy | None:
         """The draft length policy of adaptive generators with spec's n_max and n_min: one per pair for this
@@ -426,8 +456,9 @@ class Model:
 
     def memory(self) -> list[dict]:
         """llama.cpp's load report: per device that holds anything, {"device", "weights", "caches", "compute"} in
-        bytes, the CPU last; compute is the scheduler's buffer, sized at load for a full ubatch at the end of the
-        context."""
+        bytes, the CPU last, for the engine (shared by the Models another_sequence made: caches are all their
+        sequences', compute the schedulers' buffers, once for all); compute is sized at load for a full ubatch at the
+        end of the context. This sequence's own caches: sequence.cache_bytes."""
         return self._engine.memory()
 
     @property
@@ -447,7 +478,7 @@ class Model:
         """The context checkpoints this sequence keeps (see generate's cache_prompt): {"count", "bytes" (host
         memory of all), "rows" (the sequence length each resumes at, ascending), "bytes_each" (one checkpoint: the
         KDA conv windows and states of every trunk layer, and one hidden row), "max_count" (ctx_checkpoints)}."""
-        return self._engine.checkpoint_stats()
+        return self._seq.checkpoint_stats()
 
     def save_state(self) -> bytes:
         """The whole sequence as bytes (llama.cpp's llama_state_seq_get_data, llama-cpp-python's save_state): its
@@ -455,14 +486,14 @@ class Model:
         given them by load_state resumes from them as this one would (see generate's cache_prompt). Format:
         csrc/runtime/sequence_state.h; its size grows with the sequence (latent and indexer rows) and the
         checkpoints (checkpoints()["bytes"])."""
-        return self._engine.save_state()
+        return self._seq.save_state()
 
     def load_state(self, data: bytes) -> None:
         """Replace the sequence with one save_state returned (by this Model or another of the same file): a prompt
         sharing a prefix with it then evaluates only the rest. Raises ValueError, naming what is wrong and keeping
         the sequence as it was, for bytes that are not a saved sequence, a damaged one, one of another model, or
         one longer than n_ctx."""
-        self._engine.load_state(bytes(data))
+        self._seq.load_state(bytes(data))
         self._last = None
 
     @property

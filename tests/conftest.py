@@ -59,6 +59,13 @@ def rpc_servers() -> RpcServers:
     return RpcServers()
 
 
+def new_sequence(model, n_ctx: int, n_batch: int, n_threads: int, **engine_args):
+    """A _core.Seq of n_ctx rows on a new _core.Engine of `model` (a _core.Model; n_batch rows per ubatch,
+    n_threads CPU threads; engine_args: draft_type, draft_model, n_verify_rows)."""
+    from glm5next_runtime import _core
+    return _core.Seq(_core.Engine(model, n_batch, n_threads, **engine_args), n_ctx)
+
+
 def random_tokens(n: int, vocab: int = 380, seed: int = 0) -> list[int]:
     """Token ids from the BPE part of the generated vocab (no special tokens)."""
     return np.random.default_rng(seed).integers(0, vocab, n).tolist()

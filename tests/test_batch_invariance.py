@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conftest import random_tokens
+from conftest import new_sequence, random_tokens
 
 # The bench preset's widths (hidden 1024, q_lora 256, ...) on two layers: at these sizes the two kernels differ
 # (a decode row and the same row multiplied by tinyBLAS differ by ~0.02 in the logits; at the tiny preset's widths
@@ -29,7 +29,7 @@ def gguf(request, checkpoints):
 def decoded(model, prefix: list[int], rows: list[int]) -> np.ndarray:
     """Logits [len(rows), n_vocab] of `rows` after `prefix`, one decode token at a time."""
     from glm5next_runtime import _core
-    serial = _core.Engine(model, 128, 64, 2)
+    serial = new_sequence(model, 128, 64, 2)
     serial.eval(prefix)
     return np.concatenate([serial.eval([t], True)["logits"] for t in rows])
 
@@ -37,7 +37,7 @@ def decoded(model, prefix: list[int], rows: list[int]) -> np.ndarray:
 def test_decode_rows_equal_verify_rows_bit_for_bit(gguf):
     from glm5next_runtime import _core
     model = _core.Model(str(gguf), [])
-    batched = _core.Engine(model, 128, 64, 2)  # the prompt in one ubatch, as decoded() evaluates it
+    batched = new_sequence(model, 128, 64, 2)  # the prompt in one ubatch, as decoded() evaluates it
     batched.eval(PROMPT)
     verified = batched.verify(ROWS)["logits"]
     batched.commit(len(ROWS))
@@ -63,7 +63,7 @@ def test_a_prefill_row_may_differ_from_its_decode_row(gguf):
     from glm5next_runtime import _core
     model = _core.Model(str(gguf), [])
     rows = random_tokens(INVARIANT_MAX_ROWS + 1, seed=5)
-    prefill = _core.Engine(model, 128, 64, 2)
+    prefill = new_sequence(model, 128, 64, 2)
     prefill.eval(PROMPT)
     batched = prefill.eval(rows, True)["logits"]
     serial = decoded(model, PROMPT, rows)
@@ -80,10 +80,10 @@ def test_decode_logits_do_not_depend_on_the_thread_count(gguf, n_threads):
     model = _core.Model(str(gguf), [])
 
     def logits(threads: int) -> np.ndarray:
-        engine = _core.Engine(model, 128, 64, threads)
-        engine.eval(PROMPT)
-        rows = [engine.eval([t], True)["logits"] for t in ROWS]
-        rows.append(engine.verify(ROWS[:3])["logits"])
+        seq = new_sequence(model, 128, 64, threads)
+        seq.eval(PROMPT)
+        rows = [seq.eval([t], True)["logits"] for t in ROWS]
+        rows.append(seq.verify(ROWS[:3])["logits"])
         return np.concatenate(rows)
 
     assert np.array_equal(logits(n_threads), logits(1))

@@ -275,7 +275,7 @@ def test_each_sequence_learns_on_its_own(model):
 def test_a_policy_of_another_length_is_refused(model):
     from glm5next_runtime import _core
     with pytest.raises(ValueError, match="n_max 2"):
-        _core.Generator(model._engine, n_max=3, policy=_core.DraftLengthPolicy(2))
+        _core.Generator(model.sequence, n_max=3, policy=_core.DraftLengthPolicy(2))
 
 
 def test_a_generator_whose_policy_cannot_pay_decodes_as_without_speculation(model):

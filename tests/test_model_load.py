@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from gguf import GGUFValueType as VT
 
-from conftest import random_tokens
+from conftest import new_sequence, random_tokens
 
 from glm5next_runtime import _core
 
@@ -386,13 +386,13 @@ def test_verify_passes_run_in_the_compute_buffers_sized_at_load(tiny):
     another graph class, each first verify allocated buffers of its own, and a device too small for them failed at
     the first request instead of at load)."""
     from glm5next_runtime import _core
-    engine = _core.Engine(_core.Model(str(tiny), []), 128, 64, 2, n_verify_rows=4)
-    at_load = engine.memory()
-    engine.eval(random_tokens(20, seed=1))
+    seq = new_sequence(_core.Model(str(tiny), []), 128, 64, 2, n_verify_rows=4)
+    at_load = seq.engine.memory()
+    seq.eval(random_tokens(20, seed=1))
     for rows in (random_tokens(1, seed=2), random_tokens(4, seed=3)):
-        engine.verify(rows)
-        engine.commit(len(rows))
-    assert engine.memory() == at_load
+        seq.verify(rows)
+        seq.commit(len(rows))
+    assert seq.engine.memory() == at_load
 
 
 # ------------------------------------------------------------------------------------------ Python shell

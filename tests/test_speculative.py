@@ -59,14 +59,14 @@ def test_kda_state_after_generation_equals_serial_decoding(model):
     from glm5next_runtime import Model
 
     run(model, PROMPT, 150, n_max=4, temperature=0.0)
-    engine = model._engine
+    engine = model.sequence
     serial = Model(model.path, n_ctx=512, n_threads=2)
     for t in engine.tokens:
         serial.eval([t])
     assert serial.n_past == engine.n_past
     kda_layers = [il for il, kv in enumerate(model.hparams["head_count_kv"][: model.hparams["n_trunk"]]) if kv == 0]
     for il in kda_layers:
-        a, b = engine.kda_state(il), serial._engine.kda_state(il)
+        a, b = engine.kda_state(il), serial.sequence.kda_state(il)
         assert np.abs(a["conv"] - b["conv"]).max() <= 1e-5
         assert np.abs(a["state"] - b["state"]).max() <= 1e-5
 

@@ -58,7 +58,7 @@ def test_draft_requantization_follows_the_converters_type_rules(checkpoints, dra
     ckpt = checkpoints.make("table-tiny", "tiny")
     path = checkpoints.convert(ckpt, tag="-combined", outtype="f32", layout="combined")
     model = _core.Model(str(path), [])
-    engine = _core.Engine(model, 64, 16, 1, draft_type)
+    engine = _core.Engine(model, 16, 1, draft_type)
     requantized = engine.draft_requantized
     nextn = [t for t in _plan(ckpt) if t.nextn]
     assert nextn, "the checkpoint has a NextN layer"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conftest import random_tokens
+from conftest import new_sequence, random_tokens
 
 PROMPT = random_tokens(40, seed=3)  # index_topk is 16: past it
 ROWS = random_tokens(5, seed=4)
@@ -18,9 +18,9 @@ def gguf(checkpoints):
 
 
 def engine(gguf):
+    """A sequence of 128 rows in ubatches of 16 on an engine of its own."""
     from glm5next_runtime import _core
-    model = _core.Model(str(gguf), [])
-    return _core.Engine(model, 128, 16, 2)
+    return new_sequence(_core.Model(str(gguf), []), 128, 16, 2)
 
 
 def kda_layers(gguf) -> list[int]:

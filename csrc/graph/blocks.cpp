@@ -21,9 +21,6 @@ GraphLayout graph_layout(const HParams & hp, int64_t n_ctx, int64_t n_past, int6
     return l;
 }
 
-// Appends the write of the ubatch's rows into a cache now, so that it runs before any later node reads the cache.
-void BlockBuilder::write_rows(ggml_tensor * src, ggml_tensor * cache) const { write_rows_at(src, cache, cache_rows.pos); }
-
 void BlockBuilder::write_rows_at(ggml_tensor * src, ggml_tensor * cache, ggml_tensor * rows) const {
     ggml_build_forward_expand(gf, ggml_set_rows(ctx, cache, src, rows));
 }
@@ -31,7 +28,7 @@ void BlockBuilder::write_rows_at(ggml_tensor * src, ggml_tensor * cache, ggml_te
 ggml_tensor * BlockBuilder::rms(ggml_tensor * x, ggml_tensor * w) const { return ggml_mul(ctx, ggml_rms_norm(ctx, x, hp.rms_eps), w); }
 
 ggml_tensor * BlockBuilder::mm(ggml_tensor * w, ggml_tensor * x) const {
-    if (x->ne[1] == 1 || x->ne[1] > kInvariantMaxRows || !cpu_kernels) return ggml_mul_mat(ctx, w, x);
+    if (x->ne[1] == 1 || !cpu_kernels || (!few && x->ne[1] > kInvariantMaxRows)) return ggml_mul_mat(ctx, w, x);
     const int64_t K = x->ne[0], N = x->ne[1], B = w->ne[2];
     if (B == 1 && w->ne[3] == 1) {  // one matrix: every column of x is a row routed to "expert" 0
         ggml_tensor * xc = ggml_reshape_3d(ctx, ggml_is_contiguous(x) ? x : ggml_cont(ctx, x), K, 1, ggml_nelements(x) / K);
@@ -144,29 +141,40 @@ ggml_tensor * BlockBuilder::moe(ggml_tensor * x, const LayerWeights & w, int il)
     return ggml_add(ctx, out, swiglu(x, w.gate_shexp, w.up_shexp, w.down_shexp, hp.swiglu_clamp_shexp[il]));
 }
 
-// Causal depthwise conv (kernel K) of one of q/k/v, with its window carried in the cache, then SiLU.
-ggml_tensor * BlockBuilder::conv(ggml_tensor * x, ggml_tensor * proj, ggml_tensor * kernel, ggml_tensor * conv_cache, int part,
-                                 ggml_tensor ** xt_out) const {
+ggml_tensor * BlockBuilder::conv(ggml_tensor * xp, ggml_tensor * kernel, ggml_tensor * conv_cache, int part,
+                                 int64_t n_rows, ggml_tensor ** xt_out) const {
     const int64_t inner = hp.kda_inner(), K = hp.ssm_conv_kernel;
     ggml_tensor * window = ggml_view_2d(ctx, conv_cache, K - 1, inner, conv_cache->nb[1], part * inner * conv_cache->nb[1]);
-    ggml_tensor * xt = ggml_concat(ctx, window, ggml_transpose(ctx, mm(proj, x)), 0);  // [K-1+T, inner]
-    ggml_tensor * tail = ggml_view_2d(ctx, xt, K - 1, inner, xt->nb[1], T * xt->nb[0]);
+    ggml_tensor * xt = ggml_concat(ctx, window, ggml_transpose(ctx, xp), 0);  // [K-1+T, inner]
+    ggml_tensor * tail = ggml_view_2d(ctx, xt, K - 1, inner, xt->nb[1], n_rows * xt->nb[0]);
     ggml_build_forward_expand(gf, ggml_cpy(ctx, tail, window));
     *xt_out = xt;
-    ggml_tensor * y = ggml_ssm_conv(ctx, ggml_reshape_3d(ctx, xt, K - 1 + T, inner, 1), ggml_reshape_2d(ctx, kernel, K, inner));
-    return ggml_silu(ctx, ggml_reshape_2d(ctx, y, inner, T));
+    ggml_tensor * y = ggml_ssm_conv(ctx, ggml_reshape_3d(ctx, xt, K - 1 + n_rows, inner, 1), ggml_reshape_2d(ctx, kernel, K, inner));
+    return ggml_silu(ctx, ggml_reshape_2d(ctx, y, inner, n_rows));
 }
 
-// KDA (model.md, KDA): gated delta rule per head, state in the cache.
-ggml_tensor * BlockBuilder::kda(ggml_tensor * x, const LayerWeights & w, const LayerCache & c) const {
+// KDA (model.md, KDA): gated delta rule per head, state in the cache. The projections run over the group's rows,
+// the conv windows and recurrent states per part.
+ggml_tensor * BlockBuilder::kda(ggml_tensor * x, const LayerWeights & w, uint32_t il) const {
     const int64_t d = hp.kda_head_dim, nh = hp.n_head;
     // q and k are L2-normalized per head as x / sqrt(sum x^2 + 1e-6) == rms_norm(x, 1e-6/d) / sqrt(d)
     auto l2 = [&](ggml_tensor * t) { return ggml_scale(ctx, ggml_rms_norm(ctx, t, 1e-6f / d), 1.0f / std::sqrt((float) d)); };
-    KdaSnapshots snap;
-    snap.cache = &c;
-    ggml_tensor * q = l2(ggml_reshape_4d(ctx, conv(x, w.wq, w.conv_q, c.conv, 0, &snap.xt[0]), d, nh, T, 1));
-    ggml_tensor * k = l2(ggml_reshape_4d(ctx, conv(x, w.wk, w.conv_k, c.conv, 1, &snap.xt[1]), d, nh, T, 1));
-    ggml_tensor * v = ggml_reshape_4d(ctx, conv(x, w.wv, w.conv_v, c.conv, 2, &snap.xt[2]), d, nh, T, 1);
+    ggml_tensor * proj[3] = {mm(w.wq, x), mm(w.wk, x), mm(w.wv, x)};  // [inner, T]
+    ggml_tensor * kernel[3] = {w.conv_q, w.conv_k, w.conv_v};
+    std::vector<KdaSnapshots> snaps(group->parts.size());
+    std::vector<ggml_tensor *> convolved[3];
+    for (size_t p = 0; p < group->parts.size(); ++p) {
+        const GraphPart & part = *group->parts[p];
+        const LayerCache & c = part.cache.layer(il);
+        snaps[p].cache = &c;
+        for (int i = 0; i < 3; ++i) {
+            convolved[i].push_back(conv(rows_view(ctx, proj[i], 1, part.row0, part.n_rows), kernel[i], c.conv, i,
+                                        part.n_rows, &snaps[p].xt[i]));
+        }
+    }
+    ggml_tensor * q = l2(ggml_reshape_4d(ctx, concat_rows(ctx, convolved[0], 1), d, nh, T, 1));
+    ggml_tensor * k = l2(ggml_reshape_4d(ctx, concat_rows(ctx, convolved[1], 1), d, nh, T, 1));
+    ggml_tensor * v = ggml_reshape_4d(ctx, concat_rows(ctx, convolved[2], 1), d, nh, T, 1);
 
     ggml_tensor * f = ggml_add(ctx, mm(w.ssm_f_b, mm(w.ssm_f_a, x)), w.ssm_dt_b);
     f = ggml_reshape_4d(ctx, f, d, nh, T, 1);
@@ -178,33 +186,43 @@ ggml_tensor * BlockBuilder::kda(ggml_tensor * x, const LayerWeights & w, const L
         gate = ggml_mul(ctx, ggml_softplus(ctx, f), neg_a);
     }
     ggml_tensor * beta = ggml_reshape_4d(ctx, ggml_sigmoid(ctx, mm(w.ssm_beta, x)), 1, nh, T, 1);
-    ggml_tensor * state = ggml_reshape_4d(ctx, c.state, d, d, nh, 1);
 
-    ggml_tensor * packed = ggml_gated_delta_net(ctx, q, k, v, gate, beta, state, snapshots ? T : 1);
-    if (snapshots) {
-        snap.packed = packed;
-        for (ggml_tensor * t : {snap.packed, snap.xt[0], snap.xt[1], snap.xt[2]}) ggml_set_output(t);
-        snapshots->push_back(snap);
+    std::vector<ggml_tensor *> outs;
+    for (size_t p = 0; p < group->parts.size(); ++p) {
+        GraphPart & part = *group->parts[p];
+        const LayerCache & c = *snaps[p].cache;
+        const int64_t r0 = part.row0, n = part.n_rows;
+        ggml_tensor * state = ggml_reshape_4d(ctx, c.state, d, d, nh, 1);
+        ggml_tensor * packed = ggml_gated_delta_net(ctx, rows_view(ctx, q, 2, r0, n), rows_view(ctx, k, 2, r0, n),
+                                                    rows_view(ctx, v, 2, r0, n), rows_view(ctx, gate, 2, r0, n),
+                                                    rows_view(ctx, beta, 2, r0, n), state, part.keep_snapshots ? n : 1);
+        if (part.keep_snapshots) {
+            snaps[p].packed = packed;
+            for (ggml_tensor * t : {packed, snaps[p].xt[0], snaps[p].xt[1], snaps[p].xt[2]}) ggml_set_output(t);
+            part.snapshots.push_back(snaps[p]);
+        }
+        outs.push_back(ggml_view_3d(ctx, packed, d, nh, n, d * sizeof(float), d * nh * sizeof(float), 0));
+        ggml_tensor * new_state = ggml_view_1d(ctx, packed, d * d * nh, d * nh * n * sizeof(float));
+        ggml_build_forward_expand(gf, ggml_cpy(ctx, new_state, ggml_reshape_1d(ctx, c.state, d * d * nh)));
     }
-    ggml_tensor * o = ggml_view_3d(ctx, packed, d, nh, T, d * sizeof(float), d * nh * sizeof(float), 0);
-    ggml_tensor * new_state = ggml_view_1d(ctx, packed, d * d * nh, d * nh * T * sizeof(float));
-    ggml_build_forward_expand(gf, ggml_cpy(ctx, new_state, ggml_reshape_1d(ctx, c.state, d * d * nh)));
+    ggml_tensor * o = concat_rows(ctx, outs, 2);  // [d, nh, T]
 
     ggml_tensor * og = ggml_reshape_3d(ctx, mm(w.ssm_g_b, mm(w.ssm_g_a, x)), d, nh, T);
     o = ggml_mul(ctx, ggml_mul(ctx, ggml_rms_norm(ctx, ggml_cont(ctx, o), hp.rms_eps), w.ssm_norm), ggml_sigmoid(ctx, og));
     return mm(w.wo, ggml_reshape_2d(ctx, o, d * nh, T));
 }
 
-// The kpool indexer (model.md, Indexer): caches key/gate rows and the pooled key of every pool completed by
-// this ubatch, scores all complete pools, returns the chosen pools i32 [n_top_pool, T].
-Selection BlockBuilder::indexer(ggml_tensor * x, ggml_tensor * qr, const LayerWeights & w, const LayerCache & c) const {
-    const int64_t idim = hp.idx_head_dim, ih = hp.idx_n_head, kpool = hp.idx_kpool;
-    ggml_tensor * ik = ggml_norm(ctx, mm(w.idx_k, x), hp.ln_eps);
-    ik = ggml_add(ctx, ggml_mul(ctx, ik, w.idx_k_norm), w.idx_k_norm_b);
-    write_rows(ik, c.idx_k);
-    write_rows(mm(w.idx_gate, x), c.idx_g);
+// The kpool indexer's cache rows (model.md, Indexer) of one part, from the group's key rows ik [idim, T] and gate
+// rows ig: the part's key/gate rows and the pooled key of every pool its rows touch. Returns the pooled keys its rows
+// score, [idim, n_pool] (a view of the cache).
+ggml_tensor * BlockBuilder::index_rows(GraphPart & part, const LayerCache & c, const LayerWeights & w, ggml_tensor * ik,
+                                       ggml_tensor * ig) const {
+    const int64_t idim = hp.idx_head_dim, kpool = hp.idx_kpool;
+    InputCacheRows & cache_rows = *part.cache_rows;
+    write_rows_at(rows_view(ctx, ik, 1, part.row0, part.n_rows), c.idx_k, cache_rows.pos);
+    write_rows_at(rows_view(ctx, ig, 1, part.row0, part.n_rows), c.idx_g, cache_rows.pos);
 
-    // the pooled key of every pool the ubatch touches (InputCacheRows), complete or not: an incomplete pool is
+    // the pooled key of every pool the part's rows touch (InputCacheRows), complete or not: an incomplete pool is
     // no candidate until the ubatch writing its last row computes it again, from all its rows
     cache_rows.add_pools(ctx, kpool, c.pooled->ne[1], c.idx_k->ne[1]);
     const int64_t n_slots = cache_rows.pool_dst->ne[0];
@@ -216,32 +234,36 @@ Selection BlockBuilder::indexer(ggml_tensor * x, ggml_tensor * qr, const LayerWe
     ggml_tensor * keys = ggml_cont(ctx, ggml_permute(ctx, members(c.idx_k), 1, 0, 2, 3));
     ggml_tensor * new_pooled = ggml_reshape_2d(ctx, ggml_sum_rows(ctx, ggml_mul(ctx, probs, keys)), idim, n_slots);
     write_rows_at(new_pooled, c.pooled, cache_rows.pool_dst);
-    const int64_t n_pool = layout.n_pool;
-    ggml_tensor * pooled = ggml_view_2d(ctx, c.pooled, idim, n_pool, c.pooled->nb[1], 0);
+    return ggml_view_2d(ctx, c.pooled, idim, part.layout.n_pool, c.pooled->nb[1], 0);
+}
 
-    ggml_tensor * iq = ggml_reshape_3d(ctx, mm(w.idx_q_b, qr), idim, ih, T);
-    ggml_tensor * wts = ggml_scale(ctx, mm(w.idx_proj, x), 1.0f / std::sqrt((float) ih));
+// The kpool indexer's choice (model.md, Indexer) for one part: its queries iq [idim, ih, T] and head weights
+// wts [ih, T] (the group's) score its complete pools; returns its chosen pools i32 [n_top_pool, n_rows].
+Selection BlockBuilder::select(GraphPart & part, ggml_tensor * pooled, ggml_tensor * iq, ggml_tensor * wts) const {
+    const int64_t idim = hp.idx_head_dim, ih = hp.idx_n_head, n = part.n_rows, n_pool = pooled->ne[1];
+    iq = rows_view(ctx, iq, 2, part.row0, n);
+    wts = rows_view(ctx, wts, 1, part.row0, n);
     if (cpu_kernels) {
         // iq made contiguous: ggml multiplies a prompt ubatch's permuted operand element by element, a contiguous one
         // with tinyBLAS
-        ggml_tensor * kq = mm(pooled, ggml_cont(ctx, ggml_permute(ctx, iq, 0, 2, 1, 3)));  // [n_pool, T, ih]
+        ggml_tensor * kq = mm(pooled, ggml_cont(ctx, ggml_permute(ctx, iq, 0, 2, 1, 3)));  // [n_pool, n, ih]
         params.indexer_scale = 1.0f / std::sqrt((float) idim);
         ggml_tensor * scores = indexer_scores(ctx, kq, wts, &params.indexer_scale);
-        return Selection{kpool_top_k(ctx, scores, &params.kpool), &params.kpool};
+        return Selection{kpool_top_k(ctx, scores, &part.kpool), &part.kpool};
     }
-    ggml_tensor * kq = mm(pooled, ggml_permute(ctx, iq, 0, 2, 1, 3));  // [n_pool, T, ih]
+    ggml_tensor * kq = mm(pooled, ggml_permute(ctx, iq, 0, 2, 1, 3));  // [n_pool, n, ih]
     kq = ggml_relu(ctx, ggml_scale(ctx, kq, 1.0f / std::sqrt((float) idim)));
-    kq = ggml_cont(ctx, ggml_permute(ctx, kq, 1, 2, 0, 3));                        // [ih, n_pool, T]
-    ggml_tensor * scores = ggml_reshape_2d(ctx, ggml_mul_mat(ctx, kq, ggml_reshape_3d(ctx, wts, ih, 1, T)), n_pool, T);
-    if (!kpool_inputs) kpool_inputs.emplace(ctx, T);
-    return Selection{kpool_top_k_std(ctx, scores, kpool_inputs->n_cand, params.kpool.n_top_pool), &params.kpool, true};
+    kq = ggml_cont(ctx, ggml_permute(ctx, kq, 1, 2, 0, 3));                        // [ih, n_pool, n]
+    ggml_tensor * scores = ggml_reshape_2d(ctx, ggml_mul_mat(ctx, kq, ggml_reshape_3d(ctx, wts, ih, 1, n)), n_pool, n);
+    if (!part.kpool_rows) part.kpool_rows.emplace(ctx, n);
+    return Selection{kpool_top_k_std(ctx, scores, part.kpool_rows->n_cand, part.kpool.n_top_pool), &part.kpool, true};
 }
 
 ggml_tensor * BlockBuilder::attend_gathered(ggml_tensor * q_abs, const LayerWeights & w, ggml_tensor * latent,
                                            const Selection & sel, int64_t r0, int64_t n) const {
     const int64_t kvr = hp.kv_lora_rank, n_sel = sel.rows->ne[0];
-    ggml_tensor * rows = sel.rows, * mask = sel.rows_mask, * q = q_abs;  // the whole ubatch when one chunk
-    if (n < T) {
+    ggml_tensor * rows = sel.rows, * mask = sel.rows_mask, * q = q_abs;  // the whole part when one chunk
+    if (n < q_abs->ne[1]) {
         rows = ggml_view_2d(ctx, rows, n_sel, n, rows->nb[1], r0 * rows->nb[1]);
         mask = ggml_view_4d(ctx, mask, n_sel, 1, 1, n, mask->nb[1], mask->nb[2], mask->nb[3], r0 * mask->nb[3]);
         q = ggml_view_3d(ctx, q, kvr, n, q->ne[2], q->nb[1], q->nb[2], r0 * q->nb[1]);
@@ -254,58 +276,96 @@ ggml_tensor * BlockBuilder::attend_gathered(ggml_tensor * q_abs, const LayerWeig
     return ggml_mul_mat(ctx, w.wv_b, kqv);                                              // [v, 1, nh, n]
 }
 
-// Sparse MLA over the latent (model.md, DSA), W_kb absorbed into the query and W_vb applied after.
-ggml_tensor * BlockBuilder::dsa(ggml_tensor * x, const LayerWeights & w, const LayerCache & c, bool run_indexer,
-                                Selection & sel) const {
-    const int64_t nope = hp.head_k_mla, nh = hp.n_head, kvr = hp.kv_lora_rank;
-    ggml_tensor * qr = rms(mm(w.wq_a, x), w.q_a_norm);
-    ggml_tensor * q = ggml_reshape_3d(ctx, mm(w.wq_b, qr), nope, nh, T);
-    write_rows(rms(mm(w.wkv_a, x), w.kv_a_norm), c.latent);
-    if (run_indexer) {
-        sel = indexer(x, qr, w, c);
-    } else if (sel.pools == nullptr) {
-        throw std::logic_error("a DSA layer without an indexer needs a selection to reuse");
-    }
-
-    ggml_tensor * q_abs = mm(w.wk_b, ggml_permute(ctx, q, 0, 2, 1, 3));  // [kvr, T, nh]
-    ggml_tensor * o;
-    if (layout.n_kv == 0) {  // gathered from the whole cache: the rows are inputs of the step (no n_past in the graph)
+ggml_tensor * BlockBuilder::attend(ggml_tensor * q_abs, const LayerWeights & w, const LayerCache & c, GraphPart & part,
+                                   Selection & sel, bool * kqv_out) const {
+    const int64_t nope = hp.head_k_mla, kvr = hp.kv_lora_rank, n = part.n_rows;
+    *kqv_out = false;
+    if (part.layout.n_kv == 0) {  // gathered from the whole cache: the rows are inputs of the step (no n_past in the graph)
         ggml_tensor * latent = c.latent;
         if (sel.rows == nullptr && sel.std_ops) {
-            kpool_inputs->add_tail(ctx, hp);
-            kpool_rows_std(ctx, sel.pools, *kpool_inputs, hp.idx_kpool, latent->ne[1], &sel.rows, &sel.rows_mask);
+            part.kpool_rows->add_tail(ctx, hp);
+            kpool_rows_std(ctx, sel.pools, *part.kpool_rows, hp.idx_kpool, latent->ne[1], &sel.rows, &sel.rows_mask);
         } else if (sel.rows == nullptr) {
             sel.rows = kpool_rows(ctx, sel.pools, sel.at);
             sel.rows_mask = kpool_rows_mask(ctx, sel.pools, sel.at);
         }
         if (cpu_kernels && !sel.std_ops) {  // the selected rows read in place (graph/sparse_attention_ops.h)
             params.attention_scale = 1.0f / std::sqrt((float) nope);
-            ggml_tensor * kqv = sparse_attention(ctx, q_abs, latent, sel.rows, sel.rows_mask, &params.attention_scale);
-            o = ggml_mul_mat(ctx, w.wv_b, kqv);  // [v, 1, nh, T]
-        } else {
-            const int64_t by_bytes = kGatherChunkBytes / (kvr * sel.rows->ne[0] * (int64_t) sizeof(float));
-            const int64_t chunk = std::max<int64_t>({1, std::min(by_bytes, kGatherChunkRows),
-                                                     (T + kGatherMaxChunks - 1) / kGatherMaxChunks});
-            o = nullptr;
-            for (int64_t r0 = 0; r0 < T; r0 += chunk) {
-                ggml_tensor * part = attend_gathered(q_abs, w, latent, sel, r0, std::min(chunk, T - r0));
-                o = o ? ggml_concat(ctx, o, part, 3) : part;  // [v, 1, nh, T]
-            }
+            *kqv_out = true;
+            return sparse_attention(ctx, q_abs, latent, sel.rows, sel.rows_mask, &params.attention_scale);
         }
-    } else {
-        const int64_t n_kv = layout.n_kv;
-        if (sel.mask == nullptr) {
-            sel.mask = kpool_mask(ctx, sel.pools, n_kv, sel.at);
+        const int64_t by_bytes = kGatherChunkBytes / (kvr * sel.rows->ne[0] * (int64_t) sizeof(float));
+        const int64_t chunk = std::max<int64_t>({1, std::min(by_bytes, kGatherChunkRows),
+                                                 (n + kGatherMaxChunks - 1) / kGatherMaxChunks});
+        ggml_tensor * o = nullptr;
+        for (int64_t r0 = 0; r0 < n; r0 += chunk) {
+            ggml_tensor * piece = attend_gathered(q_abs, w, latent, sel, r0, std::min(chunk, n - r0));
+            o = o ? ggml_concat(ctx, o, piece, 3) : piece;  // [v, 1, nh, n]
         }
-        ggml_tensor * latent = ggml_view_2d(ctx, c.latent, kvr, n_kv, c.latent->nb[1], 0);
-        ggml_tensor * kq = ggml_mul_mat(ctx, latent, q_abs);                                 // [n_kv, T, nh]
-        kq = ggml_soft_max_ext(ctx, kq, sel.mask, 1.0f / std::sqrt((float) nope), 0.0f);
-        ggml_tensor * kqv = ggml_mul_mat(ctx, ggml_cont(ctx, ggml_transpose(ctx, latent)), kq);  // [kvr, T, nh]
-        o = ggml_permute(ctx, ggml_mul_mat(ctx, w.wv_b, kqv), 0, 2, 1, 3);                      // [v, nh, T]
+        return o;
     }
+    const int64_t n_kv = part.layout.n_kv;
+    if (sel.mask == nullptr) {
+        sel.mask = kpool_mask(ctx, sel.pools, n_kv, sel.at);
+    }
+    ggml_tensor * latent = ggml_view_2d(ctx, c.latent, kvr, n_kv, c.latent->nb[1], 0);
+    ggml_tensor * kq = ggml_mul_mat(ctx, latent, q_abs);                                 // [n_kv, n, nh]
+    kq = ggml_soft_max_ext(ctx, kq, sel.mask, 1.0f / std::sqrt((float) nope), 0.0f);
+    ggml_tensor * kqv = ggml_mul_mat(ctx, ggml_cont(ctx, ggml_transpose(ctx, latent)), kq);  // [kvr, n, nh]
+    return ggml_permute(ctx, ggml_mul_mat(ctx, w.wv_b, kqv), 0, 2, 1, 3);                   // [v, nh, n]
+}
+
+// Sparse MLA over the latent (model.md, DSA), W_kb absorbed into the query and W_vb applied after. The projections
+// run over the group's rows; cache writes, the indexer and attention per part. W_vb multiplies the latent-space
+// outputs of all parts at once where they come from the CPU kernel (one 1-column product per row and head: the
+// same bits as a part alone).
+ggml_tensor * BlockBuilder::dsa(ggml_tensor * x, const LayerWeights & w, uint32_t il, bool run_indexer,
+                                std::vector<Selection> & sels, bool attend_rows) const {
+    const int64_t nope = hp.head_k_mla, nh = hp.n_head;
+    const std::vector<GraphPart *> & parts = group->parts;
+    ggml_tensor * qr = rms(mm(w.wq_a, x), w.q_a_norm);
+    ggml_tensor * q = ggml_reshape_3d(ctx, mm(w.wq_b, qr), nope, nh, T);
+    ggml_tensor * kv = rms(mm(w.wkv_a, x), w.kv_a_norm);
+    for (GraphPart * part : parts) {
+        write_rows_at(rows_view(ctx, kv, 1, part->row0, part->n_rows), part->cache.layer(il).latent, part->cache_rows->pos);
+    }
+    const bool any_indexer = run_indexer && std::any_of(sels.begin(), sels.end(), [](const Selection & s) { return s.pools == nullptr; });
+    if (any_indexer) {
+        const int64_t idim = hp.idx_head_dim, ih = hp.idx_n_head;
+        ggml_tensor * ik = ggml_norm(ctx, mm(w.idx_k, x), hp.ln_eps);
+        ik = ggml_add(ctx, ggml_mul(ctx, ik, w.idx_k_norm), w.idx_k_norm_b);
+        ggml_tensor * ig = mm(w.idx_gate, x);
+        std::vector<ggml_tensor *> pooled(parts.size(), nullptr);
+        for (size_t p = 0; p < parts.size(); ++p) {
+            if (sels[p].pools == nullptr) pooled[p] = index_rows(*parts[p], parts[p]->cache.layer(il), w, ik, ig);
+        }
+        if (!attend_rows) return nullptr;  // the cache rows are written: nothing reads the rest
+        ggml_tensor * iq = ggml_reshape_3d(ctx, mm(w.idx_q_b, qr), idim, ih, T);
+        ggml_tensor * wts = ggml_scale(ctx, mm(w.idx_proj, x), 1.0f / std::sqrt((float) ih));
+        for (size_t p = 0; p < parts.size(); ++p) {
+            if (pooled[p] != nullptr) sels[p] = select(*parts[p], pooled[p], iq, wts);
+        }
+    }
+    if (!attend_rows) return nullptr;
+    for (const Selection & s : sels) {
+        if (s.pools == nullptr) throw std::logic_error("a DSA layer without an indexer needs a selection to reuse");
+    }
+
+    ggml_tensor * q_abs = mm(w.wk_b, ggml_permute(ctx, q, 0, 2, 1, 3));  // [kvr, T, nh]
+    std::vector<ggml_tensor *> kqvs, os;  // per part, by the path its attention took
+    for (size_t p = 0; p < parts.size(); ++p) {
+        GraphPart & part = *parts[p];
+        bool kqv_out = false;
+        ggml_tensor * out = attend(rows_view(ctx, q_abs, 1, part.row0, part.n_rows), w, part.cache.layer(il), part,
+                                   sels[p], &kqv_out);
+        (kqv_out ? kqvs : os).push_back(out);
+    }
+    if (!kqvs.empty() && !os.empty()) throw std::logic_error("a DSA layer's parts attend on different devices");
+    ggml_tensor * o = kqvs.empty() ? concat_rows(ctx, os, 3)  // a dense pass ([v, nh, T]) has one part
+                                   : ggml_mul_mat(ctx, w.wv_b, concat_rows(ctx, kqvs, 3));  // [v, 1, nh, T]
     o = ggml_reshape_2d(ctx, ggml_cont(ctx, o), hp.head_v_mla * nh, T);
-    if (row_scale) {
-        o = ggml_mul(ctx, o, row_scale);
+    if (group->row_scale && group->row_scale->t) {
+        o = ggml_mul(ctx, o, group->row_scale->t);
     }
     return mm(w.wo, o);
 }

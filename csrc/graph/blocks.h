@@ -2,6 +2,7 @@
 // dense and MoE SwiGLU FFN. The trunk graph (trunk.cpp) and the NextN draft head (draft_head.cpp) share them.
 #pragma once
 
+#include <algorithm>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -9,23 +10,23 @@
 #include "ggml.h"
 #include "graph/inputs.h"
 #include "graph/layer_cache.h"
+#include "graph/parts.h"
 #include "graph/select_ops.h"
 #include "model/hparams.h"
 #include "model/layer_weights.h"
 
 namespace glm5next {
 
-// What the custom ops of one graph point to; must stay alive (and not move) until the graph is computed.
+// What the custom ops of one graph point to besides its parts' KpoolParams; must stay alive (and not move) until
+// the graph is computed.
 struct GraphParams {
-    KpoolParams kpool;       // the ubatch's own rows
-    KpoolParams kpool_saved; // a reused selection's row (the draft head's step 0, for index sharing)
     MoeRouteParams moe;
     float indexer_scale = 0.0f;    // 1/sqrt(index_head_dim), for indexer_scores
     float attention_scale = 0.0f;  // 1/sqrt(qk head dim), for sparse_attention
 };
 
-// A DSA layer's choice of keys: the chosen pools i32 [n_top_pool, n_rows] of the rows `at` describes, and what
-// attention needs of them (built on first use, so a "shared" layer reuses them): for a large ubatch the mask
+// A DSA layer's choice of keys for one part: the chosen pools i32 [n_top_pool, n_rows] of the rows `at` describes,
+// and what attention needs of them (built on first use, so a "shared" layer reuses them): for a large ubatch the mask
 // f32 [n_kv, n_rows] over all cached rows; for a small one the gathered row indices and their mask. `std_ops`:
 // the pools came from ggml's standard ops (graph/select_std.h) and their rows are gathered the same way.
 struct Selection {
@@ -61,8 +62,11 @@ inline int64_t max_dense_keys(const HParams & hp) {
     return kSparseMinKeyRatio * (hp.idx_top_k / kpool * kpool + (hp.idx_select_tail ? kpool - 1 : 0)) - 1;
 }
 
-// Nodes a glm5next graph (trunk or draft head) needs at most, for sizing the context and the graph.
-inline size_t graph_size(const HParams & hp) { return 2048 + 384 * (size_t) hp.n_layer_all; }
+// Nodes a glm5next graph (trunk or draft head) of n_parts sequences' rows needs at most, for sizing the context and
+// the graph.
+inline size_t graph_size(const HParams & hp, size_t n_parts = 1) {
+    return (2048 + 384 * (size_t) hp.n_layer_all) * std::max<size_t>(1, n_parts);
+}
 
 // The indexer scores the complete pools rounded up to a multiple of this many (the rest are no candidates, see
 // kpool_top_k), so that a decode graph keeps its shape for kPoolBucket * kpool steps and is reused (Engine) instead
@@ -71,44 +75,29 @@ inline size_t graph_size(const HParams & hp) { return 2048 + 384 * (size_t) hp.n
 // step there.
 constexpr int64_t kPoolBucket = 64;
 
-// What a ubatch's graph structure depends on besides its row count and the graph's flags: n_past enters only
-// through it and through inputs set per ubatch (InputCacheRows, the custom ops' KpoolParams), so that equal
-// layouts share one graph (Engine's graph reuse; llama.cpp's llm_graph_result::can_reuse).
-struct GraphLayout {
-    int64_t n_kv = 0;    // keys of the masked dense pass (n_past + n_rows); 0: each row gathers its selected keys
-    int64_t n_pool = 1;  // pooled keys the indexer scores: the complete pools, rounded up to kPoolBucket (>= 1)
-    bool operator==(const GraphLayout & o) const { return n_kv == o.n_kv && n_pool == o.n_pool; }
-};
-
 // The layout of n_rows rows at positions n_past.. of a cache of n_ctx rows: dense attention for more than
 // kGatherMaxRows rows while n_past + n_rows <= max_dense_keys, else gathering; the pools scored capped at the
 // pooled cache's max(1, n_ctx / kpool) rows.
 GraphLayout graph_layout(const HParams & hp, int64_t n_ctx, int64_t n_past, int64_t n_rows);
 
+// Builds the blocks of one row group (graph/parts.h): what reads no cache runs over the group's rows at once,
+// what reads or writes a sequence's caches (KDA, the indexer, attention) per part on its own rows.
 class BlockBuilder {
 public:
-    // `n_rows` rows laid out as `layout` says, written to the caches at the rows `cache_rows` holds; `row_scale`
-    // f32 [1, n_rows] zeroes rows that select no key (nullptr when kpool_select_tail guarantees one).
-    // `kpool_inputs` is the graph's input for selections made with ggml's standard ops, created here by the first
-    // layer that needs it.
-    BlockBuilder(ggml_context * ctx, ggml_cgraph * gf, const HParams & hp, GraphParams & params, int64_t n_rows,
-                 const GraphLayout & layout, InputCacheRows & cache_rows, ggml_tensor * row_scale,
-                 std::optional<InputKpoolRows> & kpool_inputs)
-        : ctx(ctx), gf(gf), hp(hp), params(params), T(n_rows), layout(layout), cache_rows(cache_rows),
-          row_scale(row_scale), kpool_inputs(kpool_inputs) {}
+    // The blocks of `group`, whose parts' caches and inputs (InputCacheRows, InputKpoolRows) the builder fills in.
+    BlockBuilder(ggml_context * ctx, ggml_cgraph * gf, const HParams & hp, GraphParams & params, RowGroup & group)
+        : ctx(ctx), gf(gf), hp(hp), params(params), group(&group), T(group.n_rows), few(group.few) {}
 
-    // A builder for the ubatch's last n rows, for blocks that read and write no cache (rms, mm, the FFN and MoE):
-    // where only those rows' outputs are read, the rows before them stop at the cache rows they wrote
-    // (llama.cpp's inp_out_ids).
-    BlockBuilder last_rows(int64_t n) const {
+    // A builder for n rows taken out of the group (each part's last row, say), for blocks that read and write no
+    // cache (rms, mm, the FFN and MoE): where only those rows' outputs are read, the rows before them stop at the
+    // cache rows they wrote (llama.cpp's inp_out_ids). Its rows multiply as a few-row group's.
+    BlockBuilder out_rows(int64_t n) const {
         BlockBuilder b = *this;
+        b.group = nullptr;
         b.T = n;
-        b.row_scale = nullptr;
+        b.few = true;
         return b;
     }
-
-    // Keep per-row KDA snapshots in `out` (verify passes).
-    void keep_snapshots(std::vector<KdaSnapshots> * out) { snapshots = out; }
 
     // Whether the blocks built next use this project's CPU kernels for the mHC steps, MoE routing and the
     // indexer's choices (graph/mhc_ops.h, graph/select_ops.h: faster on the CPU, exact ties to the lower index) or
@@ -119,16 +108,18 @@ public:
 
     ggml_tensor * rms(ggml_tensor * x, ggml_tensor * w) const;
 
-    // ggml_mul_mat(w, x) for x whose columns are the ubatch's rows (x [K, n_rows, B]; w [K, M] or [K, M, B]),
-    // such that a row's result does not depend on how many rows share a small ubatch (issue 15, batch-invariant
-    // verify). ggml's CPU backend multiplies a single column with its vec_dot kernels and two or more with llamafile's
-    // tinyBLAS (ggml-cpu.c: llamafile_sgemm declines n < 2), which round differently: on the bench preset's widths
-    // (q8_0) a decode token's logits and the same row's in a verify pass differed by up to 1.6, and greedy draft-MTP
-    // output differed from plain decoding. So on the CPU a ubatch of 2..kInvariantMaxRows rows (verify passes, short
-    // prompts) is multiplied as ggml_mul_mat_id with every row routed to the one matrix (or to its batch's matrix),
-    // whose kernel is the same vec_dot per row: a decode row equals its verify row bit for bit. Measured on the bench
-    // preset (q8_0, -t 1, interleaved medians): verify passes of 2..6 rows took 0.76-0.91x the time of tinyBLAS's, and
-    // decode is untouched. Larger ubatches (prefill) keep tinyBLAS, several times faster there.
+    // ggml_mul_mat(w, x) for x whose columns are rows (x [K, n_rows, B]; w [K, M] or [K, M, B]), such that a row's
+    // result does not depend on the rows it is multiplied with (issue 15, batch-invariant verify; issue 24, rows of
+    // several sequences). ggml's CPU backend multiplies a single column with its vec_dot kernels and two or more
+    // with llamafile's tinyBLAS (ggml-cpu.c: llamafile_sgemm declines n < 2), which round differently: on the bench
+    // preset's widths (q8_0) a decode token's logits and the same row's in a verify pass differed by up to 1.6, and
+    // greedy draft-MTP output differed from plain decoding. So on the CPU the rows of a few-row group (verify
+    // passes, draft steps, the decode rows of several sequences, short prompts) and up to kInvariantMaxRows rows of a
+    // long part are multiplied as ggml_mul_mat_id with every row routed to the one matrix (or to its batch's matrix),
+    // whose kernel is the same vec_dot per row whatever the row count (ggml_compute_forward_mul_mat_id_one_chunk): a
+    // decode row equals its verify row, and its row in a batch of sequences, bit for bit. Measured on the bench
+    // preset (q8_0, -t 1, interleaved medians): verify passes of 2..6 rows took 0.76-0.91x the time of tinyBLAS's,
+    // and decode is untouched. Long prompt chunks keep tinyBLAS, several times faster there.
     ggml_tensor * mm(ggml_tensor * w, ggml_tensor * x) const;
 
     // mHC pre (model.md step 1): the block input [n_embd, T]; post [hc, T] and comb [hc, hc, T] for hc_post.
@@ -139,39 +130,49 @@ public:
 
     ggml_tensor * swiglu(ggml_tensor * x, ggml_tensor * wg, ggml_tensor * wu, ggml_tensor * wd, float limit) const;
     ggml_tensor * moe(ggml_tensor * x, const LayerWeights & w, int il) const;
-    ggml_tensor * kda(ggml_tensor * x, const LayerWeights & w, const LayerCache & c) const;
+    // KDA of layer il over the group's rows, each part on its own conv window and state (and its snapshots when it
+    // keeps them).
+    ggml_tensor * kda(ggml_tensor * x, const LayerWeights & w, uint32_t il) const;
 
-    // Sparse MLA. With `run_indexer` the layer's own indexer fills `sel`; otherwise `sel` is attended as given.
-    ggml_tensor * dsa(ggml_tensor * x, const LayerWeights & w, const LayerCache & c, bool run_indexer,
-                      Selection & sel) const;
+    // Sparse MLA of layer il. `sels` holds one Selection per part of the group: with `run_indexer` the layer's
+    // own indexer fills those without pools; the others (all of them without run_indexer) are attended as given.
+    // `attend_rows` false: the rows' cache rows (latent, indexer keys, pooled keys) are written and nothing else
+    // is built (rows whose output nobody reads); returns null then.
+    ggml_tensor * dsa(ggml_tensor * x, const LayerWeights & w, uint32_t il, bool run_indexer,
+                      std::vector<Selection> & sels, bool attend_rows = true) const;
 
 private:
-    // Attention of rows [r0, r0 + n) of the ubatch over their gathered keys: o [head_v, 1, n_head, n].
     // i32 [n_experts, n_cols] whose every column is 0, 1, ..., n_experts - 1 (mm's routing of rows to matrices),
     // made once per graph and shape (expert_ids_).
     ggml_tensor * expert_ids(int64_t n_experts, int64_t n_cols) const;
+    // Attention of rows [r0, r0 + n) of a part over their gathered keys: o [head_v, 1, n_head, n].
     ggml_tensor * attend_gathered(ggml_tensor * q_abs, const LayerWeights & w, ggml_tensor * latent,
                                   const Selection & sel, int64_t r0, int64_t n) const;
-    // Writes src's columns into rows of `cache` (i64 `rows`; the ubatch's positions for write_rows), appended now so
-    // that the write runs before any later node reads the cache.
-    void write_rows(ggml_tensor * src, ggml_tensor * cache) const;
-    ggml_tensor * glu(ggml_tensor * gate, ggml_tensor * up) const;
+    // Attention of one part's rows (q_abs [kvr, n_rows, nh] of its rows) over its caches: with `kqv_out` the CPU
+    // path's latent-space output kqv [kvr, 1, nh, n_rows] (W_vb applied by the caller over the group), else o
+    // [head_v, 1, nh, n_rows] (gathered with ggml's ops) or [head_v, nh, n_rows] (the dense pass).
+    ggml_tensor * attend(ggml_tensor * q_abs, const LayerWeights & w, const LayerCache & c, GraphPart & part,
+                         Selection & sel, bool * kqv_out) const;
+    // Writes src's columns into rows of `cache` (i64 `rows`), appended now so that the write runs before any later
+    // node reads the cache.
     void write_rows_at(ggml_tensor * src, ggml_tensor * cache, ggml_tensor * rows) const;
-    ggml_tensor * conv(ggml_tensor * x, ggml_tensor * proj, ggml_tensor * kernel, ggml_tensor * conv_cache, int part,
+    ggml_tensor * glu(ggml_tensor * gate, ggml_tensor * up) const;
+    // A part's causal depthwise conv (kernel K) of one of q/k/v (its projected rows xp [inner, n_rows]), with its
+    // window carried in the cache, then SiLU.
+    ggml_tensor * conv(ggml_tensor * xp, ggml_tensor * kernel, ggml_tensor * conv_cache, int part, int64_t n_rows,
                        ggml_tensor ** xt_out) const;
-    Selection indexer(ggml_tensor * x, ggml_tensor * qr, const LayerWeights & w, const LayerCache & c) const;
+    ggml_tensor * index_rows(GraphPart & part, const LayerCache & c, const LayerWeights & w, ggml_tensor * ik,
+                             ggml_tensor * ig) const;
+    Selection select(GraphPart & part, ggml_tensor * pooled, ggml_tensor * iq, ggml_tensor * wts) const;
     void route(ggml_tensor * logits, ggml_tensor * bias, ggml_tensor ** ids, ggml_tensor ** wts) const;
 
     ggml_context * ctx;
     ggml_cgraph * gf;
     const HParams & hp;
     GraphParams & params;
-    int64_t T;
-    GraphLayout layout;
-    InputCacheRows & cache_rows;
-    ggml_tensor * row_scale;
-    std::optional<InputKpoolRows> & kpool_inputs;
-    std::vector<KdaSnapshots> * snapshots = nullptr;
+    RowGroup * group;  // null for out_rows' builders (no caches)
+    int64_t T;         // rows
+    bool few;          // a few-row group: every row multiplied as a row alone (mm)
     bool cpu_kernels = true;
     mutable std::vector<std::pair<std::pair<int64_t, int64_t>, ggml_tensor *>> expert_ids_;  // (n_experts, n_cols)
 };

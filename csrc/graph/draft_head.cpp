@@ -1,68 +1,113 @@
 #include "graph/draft_head.h"
 
+#include <stdexcept>
+
 namespace glm5next {
 
 void build_draft_graph(DraftGraph & g, ggml_context * ctx, const Model & model, const LayerWeights & w,
-                       const CacheView & cache, int64_t n_rows, bool shared) {
+                       const std::vector<DraftRows> & rows) {
     const HParams & hp = model.hp;
     const uint32_t il = hp.n_trunk();
-    g.gf = ggml_new_graph_custom(ctx, graph_size(model.hp), false);
-    g.layout = graph_layout(hp, cache.n_ctx, cache.n_past, n_rows);
-    g.params.kpool = {cache.n_past, hp.idx_kpool, hp.idx_top_k / hp.idx_kpool, hp.idx_select_tail};
-    g.params.kpool_saved = g.params.kpool;  // its n_past: the row that made the reused selection (set_inputs)
+    g.gf = ggml_new_graph_custom(ctx, graph_size(hp, rows.size()), false);
     g.params.moe = {hp.n_expert_used, hp.n_expert_groups, hp.n_group_used, hp.expert_weights_norm, hp.expert_weights_scale};
-
-    g.inp_hidden.emplace(ctx, GGML_TYPE_F32, hp.n_embd, n_rows, "inp_hidden");
-    g.inp_tokens.emplace(ctx, GGML_TYPE_I32, n_rows, 1, "inp_tokens");
-    g.inp_cache_rows.emplace(ctx, n_rows);
-    g.inp_row_scale.emplace(ctx, hp, n_rows);
-    BlockBuilder b(ctx, g.gf, hp, g.params, n_rows, g.layout, *g.inp_cache_rows, g.inp_row_scale->t, g.inp_kpool_rows);
-    b.use_cpu_kernels(on_cpu(w.eh_proj));
-
-    // u = eh_proj [RMSNorm_e(E[x_{p+1}]); RMSNorm_h(h_p)], embedding half first
-    ggml_tensor * embd = ggml_get_rows(ctx, w.nextn_embd ? w.nextn_embd : model.tok_embd, g.inp_tokens->t);
-    ggml_tensor * eh = ggml_concat(ctx, b.rms(embd, w.enorm), b.rms(g.inp_hidden->t, w.hnorm), 0);
-    ggml_tensor * u = b.mm(w.eh_proj, eh);
-
-    Selection sel;
-    if (shared) {
-        g.inp_saved_pools.emplace(ctx, GGML_TYPE_I32, g.params.kpool.n_top_pool, 1, "inp_saved_pools");
-        sel = Selection{g.inp_saved_pools->t, &g.params.kpool_saved};
+    g.inp_saved_pools.assign(rows.size(), std::nullopt);
+    g.pools.assign(rows.size(), nullptr);
+    g.logits.clear();
+    g.z.clear();
+    for (size_t i = 0; i < rows.size(); ++i) {
+        const DraftRows & r = rows[i];
+        if (r.shared && r.n_rows != 1) throw std::logic_error("a draft step that reuses a selection is one row");
+        GraphPart & p = g.parts.add(r.cache, r.n_rows, r.output ? 1 : 0, kGatherMaxRows);
+        p.layout = graph_layout(hp, r.cache.n_ctx, r.cache.n_past, r.n_rows);
+        p.kpool = {r.cache.n_past, hp.idx_kpool, hp.idx_top_k / hp.idx_kpool, hp.idx_select_tail};
+        p.kpool_saved = p.kpool;  // its n_past: the row that made the reused selection (set_inputs)
+        p.cache_rows.emplace(ctx, r.n_rows);
+        if (r.shared) g.inp_saved_pools[i].emplace(ctx, GGML_TYPE_I32, p.kpool.n_top_pool, 1, "inp_saved_pools");
     }
-    ggml_tensor * a = ggml_add(ctx, u, b.dsa(b.rms(u, w.attn_norm), w, cache.layer(il), !shared, sel));
-    // Only the last row's output is read (z, logits): the FFN runs on that row alone, the rows before it were
-    // needed for the cache rows they wrote. Rows written without drafting (64 at a time) cost a third less on the
-    // bundled model (q8_0, -t 1), a draft step's output is unchanged (2..16 rows multiply as one row, BlockBuilder::mm).
-    const BlockBuilder last = b.last_rows(1);
-    a = ggml_view_2d(ctx, a, hp.n_embd, 1, a->nb[1], (n_rows - 1) * a->nb[1]);
-    ggml_tensor * o = ggml_add(ctx, a, last.moe(last.rms(a, w.ffn_norm), w, (int) il));
-    g.z = last.rms(o, w.shared_head_norm);
-    ggml_tensor * head = w.nextn_head ? w.nextn_head : model.output;
-    b.use_cpu_kernels(on_cpu(head));
-    g.logits = b.mm(head, g.z);
-    ggml_set_name(g.z, "draft_z");
-    ggml_set_name(g.logits, "draft_logits");
-    ggml_set_output(g.z);
-    ggml_set_output(g.logits);
-    ggml_build_forward_expand(g.gf, g.logits);
-    if (!shared) {
-        g.pools = sel.pools;
-        ggml_set_name(g.pools, "draft_pools");
-        ggml_set_output(g.pools);
-        ggml_build_forward_expand(g.gf, g.pools);
+    const int64_t n_all = g.parts.n_rows();
+    g.inp_hidden.emplace(ctx, GGML_TYPE_F32, hp.n_embd, n_all, "inp_hidden");
+    g.inp_tokens.emplace(ctx, GGML_TYPE_I32, n_all, 1, "inp_tokens");
+
+    size_t first = 0;  // index of the group's first part
+    for (RowGroup & group : g.parts.groups) {
+        const int64_t T = group.n_rows;
+        if (group.n_out > 0) group.row_scale.emplace(ctx, hp, T);  // (rows only: no attention to scale)
+        BlockBuilder b(ctx, g.gf, hp, g.params, group);
+        b.use_cpu_kernels(on_cpu(w.eh_proj));
+
+        // u = eh_proj [RMSNorm_e(E[x_{p+1}]); RMSNorm_h(h_p)], embedding half first
+        ggml_tensor * tokens = rows_view(ctx, g.inp_tokens->t, 0, group.row0, T);
+        ggml_tensor * embd = ggml_get_rows(ctx, w.nextn_embd ? w.nextn_embd : model.tok_embd, tokens);
+        ggml_tensor * hidden = rows_view(ctx, g.inp_hidden->t, 1, group.row0, T);
+        ggml_tensor * eh = ggml_concat(ctx, b.rms(embd, w.enorm), b.rms(hidden, w.hnorm), 0);
+        ggml_tensor * u = b.mm(w.eh_proj, eh);
+
+        std::vector<Selection> sels(group.parts.size());
+        for (size_t p = 0; p < group.parts.size(); ++p) {
+            if (g.inp_saved_pools[first + p]) {
+                sels[p] = Selection{g.inp_saved_pools[first + p]->t, &group.parts[p]->kpool_saved};
+            }
+        }
+        if (group.n_out == 0) {  // rows only: their cache rows are written, nothing else is read
+            b.dsa(b.rms(u, w.attn_norm), w, il, true, sels, false);
+            first += group.parts.size();
+            g.z.push_back(nullptr);
+            g.logits.push_back(nullptr);
+            continue;
+        }
+        ggml_tensor * a = ggml_add(ctx, u, b.dsa(b.rms(u, w.attn_norm), w, il, true, sels));
+        for (size_t p = 0; p < group.parts.size(); ++p) {
+            if (!g.inp_saved_pools[first + p]) {
+                g.pools[first + p] = sels[p].pools;
+                ggml_set_name(sels[p].pools, "draft_pools");
+                ggml_set_output(sels[p].pools);
+                ggml_build_forward_expand(g.gf, sels[p].pools);
+            }
+        }
+        first += group.parts.size();
+        // Only each part's last row's output is read (z, logits): the FFN runs on those rows alone, the rows before
+        // them were needed for the cache rows they wrote. Rows written without drafting (64 at a time) cost a third
+        // less on the bundled model (q8_0, -t 1), a draft step's output is unchanged (its rows multiply as one row
+        // alone, BlockBuilder::mm).
+        a = group.outputs(ctx, a);
+        const BlockBuilder last = b.out_rows(a->ne[1]);
+        ggml_tensor * o = ggml_add(ctx, a, last.moe(last.rms(a, w.ffn_norm), w, (int) il));
+        ggml_tensor * z = last.rms(o, w.shared_head_norm);
+        ggml_tensor * head = w.nextn_head ? w.nextn_head : model.output;
+        BlockBuilder out = last;
+        out.use_cpu_kernels(on_cpu(head));
+        ggml_tensor * logits = out.mm(head, z);
+        ggml_set_name(z, "draft_z");
+        ggml_set_name(logits, "draft_logits");
+        ggml_set_output(z);
+        ggml_set_output(logits);
+        ggml_build_forward_expand(g.gf, logits);
+        g.z.push_back(z);
+        g.logits.push_back(logits);
     }
 }
 
-void DraftGraph::set_inputs(const float * hidden, const int32_t * tokens, int64_t pos0, const int32_t * saved_pools,
-                            int64_t saved_p0) {
-    params.kpool.n_past = pos0;  // what the custom ops read (they point to params)
-    params.kpool_saved.n_past = saved_p0;
+void DraftGraph::set_inputs(const float * hidden, const int32_t * tokens, const std::vector<int64_t> & pos0,
+                            const std::vector<const int32_t *> & saved_pools, const std::vector<int64_t> & saved_p0) {
     inp_hidden->set_input(hidden);
     inp_tokens->set_input(tokens);
-    inp_cache_rows->set_input(pos0);
-    if (inp_saved_pools) inp_saved_pools->set_input(saved_pools);
-    inp_row_scale->set_input(inp_saved_pools ? params.kpool_saved : params.kpool);
-    if (inp_kpool_rows) inp_kpool_rows->set_input(params.kpool);
+    size_t i = 0;
+    for (GraphPart & p : parts.parts) {
+        p.kpool.n_past = pos0.at(i);  // what the custom ops read (they point to the part's params)
+        p.kpool_saved.n_past = saved_p0.at(i);
+        p.cache_rows->set_input(p.kpool.n_past);
+        if (inp_saved_pools[i]) inp_saved_pools[i]->set_input(saved_pools.at(i));
+        if (p.kpool_rows) p.kpool_rows->set_input(p.kpool);
+        ++i;
+    }
+    i = 0;
+    for (const RowGroup & group : parts.groups) {
+        for (const GraphPart * p : group.parts) {
+            if (group.row_scale) group.row_scale->set_input(inp_saved_pools[i] ? p->kpool_saved : p->kpool, p->row0, p->n_rows);
+            ++i;
+        }
+        group.set_out_rows();
+    }
 }
 
 }  // namespace glm5next

@@ -22,11 +22,11 @@ InputRowScale::InputRowScale(ggml_context * ctx, const HParams & hp, int64_t n_r
     ggml_set_input(t);
 }
 
-void InputRowScale::set_input(const KpoolParams & at) const {
+void InputRowScale::set_input(const KpoolParams & at, int64_t row0, int64_t n) const {
     if (t == nullptr) return;
-    std::vector<float> scale(t->ne[1]);
-    for (int64_t r = 0; r < t->ne[1]; ++r) scale[r] = row_has_keys(at, r) ? 1.0f : 0.0f;
-    ggml_backend_tensor_set(t, scale.data(), 0, ggml_nbytes(t));
+    std::vector<float> scale(n);
+    for (int64_t r = 0; r < n; ++r) scale[r] = row_has_keys(at, r) ? 1.0f : 0.0f;
+    ggml_backend_tensor_set(t, scale.data(), row0 * t->nb[1], n * sizeof(float));
 }
 
 namespace {

@@ -20,11 +20,12 @@ struct InputArray {
 };
 
 // f32 [1, n_rows]: 1 for a row that selects at least one key, 0 for one that selects none (only possible without
-// kpool_select_tail; then its attention output is zero). Absent (t == nullptr) with the tail on.
+// kpool_select_tail; then its attention output is zero). Absent (t == nullptr) with the tail on. Filled per
+// sequence: set_input writes the n rows from row0 whose positions `at` describes.
 struct InputRowScale {
     ggml_tensor * t = nullptr;
     InputRowScale(ggml_context * ctx, const HParams & hp, int64_t n_rows);
-    void set_input(const KpoolParams & at) const;
+    void set_input(const KpoolParams & at, int64_t row0, int64_t n) const;
 };
 
 // What the indexer's choices need when built from ggml's standard ops (graph/select_std.h), per row of the

@@ -84,8 +84,8 @@ void sparse_attention_op(ggml_tensor * dst, int ith, int nth, void * userdata) {
 ggml_tensor * sparse_attention(ggml_context * ctx, ggml_tensor * q_abs, ggml_tensor * latent, ggml_tensor * rows,
                                ggml_tensor * mask, const float * scale) {
     if (q_abs->type != GGML_TYPE_F32 || latent->type != GGML_TYPE_F32 || rows->type != GGML_TYPE_I32 ||
-        mask->type != GGML_TYPE_F32 || !ggml_is_contiguous(q_abs) || latent->nb[0] != sizeof(float)) {
-        throw std::invalid_argument("sparse_attention: q_abs must be contiguous f32, latent f32 rows, rows i32, mask f32");
+        mask->type != GGML_TYPE_F32 || q_abs->nb[0] != sizeof(float) || latent->nb[0] != sizeof(float)) {
+        throw std::invalid_argument("sparse_attention: q_abs and latent must be f32 rows, rows i32, mask f32");
     }
     if (latent->ne[0] != q_abs->ne[0] || rows->ne[1] != q_abs->ne[1] || mask->ne[0] != rows->ne[0] ||
         mask->ne[3] != rows->ne[1]) {

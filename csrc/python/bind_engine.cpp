@@ -1,4 +1,5 @@
-// Python bindings of the engine: _core.Engine (trunk, verify/commit, draft-head rows) and _core.DraftChain.
+// Python bindings of the engine: _core.Engine (what sequences share), _core.Seq (trunk, verify/commit, draft-head rows
+// of one sequence: csrc/runtime/sequence.h) and _core.DraftChain.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -11,6 +12,7 @@
 #include "model/draft_weights.h"
 #include "runtime/draft_chain.h"
 #include "runtime/engine.h"
+#include "runtime/sequence.h"
 
 namespace py = pybind11;
 
@@ -24,7 +26,7 @@ py::array_t<float> to_array(std::vector<float> && v, int64_t rows, int64_t cols)
     return py::array_t<float>({rows, cols}, heap->data(), owner);
 }
 
-py::dict eval(Engine & e, const std::vector<int32_t> & tokens, bool logits_all) {
+py::dict eval(Sequence & e, const std::vector<int32_t> & tokens, bool logits_all) {
     EvalOutput out;
     {
         py::gil_scoped_release release;
@@ -38,26 +40,26 @@ py::dict eval(Engine & e, const std::vector<int32_t> & tokens, bool logits_all) 
         pools[py::int_(out.dsa_layers[i])] = a;
     }
     py::dict d;
-    d["logits"] = to_array(std::move(out.logits), out.n_logit_rows, e.n_vocab());
-    d["hidden"] = to_array(std::move(out.hidden), out.n_tokens, e.n_embd());
+    d["logits"] = to_array(std::move(out.logits), out.n_logit_rows, e.engine().n_vocab());
+    d["hidden"] = to_array(std::move(out.hidden), out.n_tokens, e.engine().n_embd());
     d["pools"] = pools;
     return d;
 }
 
-py::dict verify(Engine & e, const std::vector<int32_t> & tokens) {
+py::dict verify(Sequence & e, const std::vector<int32_t> & tokens) {
     EvalOutput out;
     {
         py::gil_scoped_release release;
         e.verify(tokens, out);
     }
     py::dict d;
-    d["logits"] = to_array(std::move(out.logits), out.n_logit_rows, e.n_vocab());
-    d["hidden"] = to_array(std::move(out.hidden), out.n_tokens, e.n_embd());
+    d["logits"] = to_array(std::move(out.logits), out.n_logit_rows, e.engine().n_vocab());
+    d["hidden"] = to_array(std::move(out.hidden), out.n_tokens, e.engine().n_embd());
     return d;
 }
 
 // Copies of a KDA layer's caches: "conv" float32 [3*inner, K-1] (q|k|v pre-conv window), "state" [n_head, d, d].
-py::dict kda_state(const Engine & e, uint32_t il) {
+py::dict kda_state(const Sequence & e, uint32_t il) {
     const LayerCache & c = e.cache().layer(il);
     if (c.state == nullptr) throw std::invalid_argument("layer " + std::to_string(il) + " is not a KDA layer");
     py::array_t<float> conv({c.conv->ne[1], c.conv->ne[0]});
@@ -80,17 +82,17 @@ py::dict draft_output(const DraftOutput & out) {
 
 using f32_rows = py::array_t<float, py::array::c_style | py::array::forcecast>;
 
-void check_rows(const Engine & e, const f32_rows & hidden, int64_t n) {
-    if (hidden.ndim() != 2 || hidden.shape(0) != n || hidden.shape(1) != e.n_embd()) {
+void check_rows(const Sequence & e, const f32_rows & hidden, int64_t n) {
+    if (hidden.ndim() != 2 || hidden.shape(0) != n || hidden.shape(1) != e.engine().n_embd()) {
         throw std::invalid_argument("hidden must be float32 [len(next_tokens), n_embd]");
     }
 }
 
-py::dict draft_rows(Engine & e, const f32_rows & hidden, const std::vector<int32_t> & next_tokens, int64_t pos0,
+py::dict draft_rows(Sequence & e, const f32_rows & hidden, const std::vector<int32_t> & next_tokens, int64_t pos0,
                     const std::optional<std::vector<int32_t>> & saved_pools, int64_t saved_p0) {
     const int64_t n = (int64_t) next_tokens.size();
     check_rows(e, hidden, n);
-    if (saved_pools && (int64_t) saved_pools->size() != e.n_top_pool()) {
+    if (saved_pools && (int64_t) saved_pools->size() != e.engine().n_top_pool()) {
         throw std::invalid_argument("draft_rows: saved_pools must hold index_topk / kpool entries");
     }
     DraftOutput out;
@@ -103,15 +105,15 @@ py::dict draft_rows(Engine & e, const f32_rows & hidden, const std::vector<int32
     return draft_output(out);
 }
 
-// A DraftChain with the engine it drafts on (kept alive by keep_alive in the binding).
+// A DraftChain with the sequence it drafts on (kept alive by keep_alive in the binding).
 struct PyDraftChain {
-    Engine & engine;
+    Sequence & seq;
     DraftChain chain;
-    PyDraftChain(Engine & e, bool share) : engine(e), chain(e, share) {}
+    PyDraftChain(Sequence & s, bool share) : seq(s), chain(s, share) {}
 
     py::dict begin(const f32_rows & hidden, const std::vector<int32_t> & next_tokens, int64_t pos0) {
         const int64_t n = (int64_t) next_tokens.size();
-        check_rows(engine, hidden, n);
+        check_rows(seq, hidden, n);
         py::gil_scoped_release release;
         const DraftOutput & out = chain.begin(hidden.data(), next_tokens.data(), n, pos0);
         py::gil_scoped_acquire acquire;
@@ -133,6 +135,8 @@ struct PyDraftChain {
 using glm5next::Engine;
 using glm5next::EngineParams;
 using glm5next::Model;
+using glm5next::Sequence;
+using glm5next::SequenceParams;
 
 void bind_engine(py::module_ & mod) {
     mod.def("selected_rows", [](const std::vector<int32_t> & pools, int64_t pos, int64_t kpool, bool select_tail) {
@@ -145,32 +149,88 @@ void bind_engine(py::module_ & mod) {
             py::arg("pools"), py::arg("pos"), py::arg("kpool"), py::arg("select_tail"),
             "The key positions a row at `pos` attends, ascending, given its chosen pools (list of ids, -1 = none): "
             "the graph's own rule (csrc/graph/select_ops.h). Raises ValueError for pos < 0 or kpool < 1.");
-    py::class_<Engine>(mod, "Engine", R"doc(The trunk of one sequence: caches sized for n_ctx rows, evaluated in ubatches.)doc")
-        .def(py::init([](const Model & model, uint32_t n_ctx, uint32_t n_batch, int n_threads,
-                         const std::string & draft_type, const Model * draft_model, uint32_t n_checkpoints,
-                         uint32_t checkpoint_every, uint32_t n_verify_rows) {
-                 if (model.draft_only) {
-                     throw std::invalid_argument(model.path + ": a draft-only (--mtp-only) file has no trunk to run");
-                 }
-                 if (n_ctx == 0) throw std::invalid_argument("n_ctx must be >= 1");
+    py::class_<Engine>(mod, "Engine", R"doc(What the sequences of one loaded model share: the weights, the devices, the
+graphs kept for reuse and one CPU thread pool (csrc/runtime/engine.h). Sequences (_core.Seq) are made on it;
+their rows run in its graphs, one sequence's alone or several sequences' together (_core.Batch).)doc")
+        .def(py::init([](const Model & model, uint32_t n_batch, int n_threads, const std::string & draft_type,
+                         const Model * draft_model, uint32_t n_verify_rows) {
                  return new Engine(model,
-                                   EngineParams{n_ctx, n_batch, n_threads, glm5next::draft_type_from_name(draft_type),
-                                                n_checkpoints, checkpoint_every, n_verify_rows},
+                                   EngineParams{n_batch, n_threads, glm5next::draft_type_from_name(draft_type),
+                                                n_verify_rows},
                                    draft_model);
              }),
-             py::arg("model"), py::arg("n_ctx") = 4096, py::arg("n_batch") = 512, py::arg("n_threads") = 0,
-             py::arg("draft_type") = "auto", py::arg("draft_model") = nullptr, py::arg("n_checkpoints") = 32,
-             py::arg("checkpoint_every") = 8192, py::arg("n_verify_rows") = 4, py::keep_alive<1, 2>(),
-             py::keep_alive<1, 7>(),
-             "Engine(model: _core.Model, n_ctx: int, n_batch: int, n_threads: int = 0 (all cores), draft_type: str "
-             "= 'auto' (the draft layer as stored) | 'q8_0' | 'q4_0' (requantized at load), draft_model: _core.Model | "
-             "None (a separate --mtp-only file with the NextN layer), n_checkpoints: context checkpoints kept "
-             "(llama-server's --ctx-checkpoints; 0 = none), checkpoint_every: while prefilling, a checkpoint each "
-             "time n_past crosses a multiple of it (tokens), n_verify_rows: the rows of verify passes and draft steps "
-             "the compute buffers are sized for at load (draft n_max + 1; longer ones grow them on first use)).\n"
-             "Raises ValueError for a draft-only file as model, n_ctx / n_batch / checkpoint_every of 0, a bad "
-             "draft_type, or a draft file that does not fit the model.")
-        .def("checkpoint_stats", [](const Engine & e) {
+             py::arg("model"), py::arg("n_batch") = 512, py::arg("n_threads") = 0, py::arg("draft_type") = "auto",
+             py::arg("draft_model") = nullptr, py::arg("n_verify_rows") = 4, py::keep_alive<1, 2>(),
+             py::keep_alive<1, 6>(),
+             "Engine(model: _core.Model, n_batch: int (rows per ubatch of a sequence), n_threads: int = 0 (all cores), "
+             "draft_type: str = 'auto' (the draft layer as stored) | 'q8_0' | 'q4_0' (requantized at load, once for "
+             "every sequence), draft_model: _core.Model | None (a separate --mtp-only file with the NextN layer), "
+             "n_verify_rows: the rows of verify passes and draft steps the compute buffers are sized for at load (draft "
+             "n_max + 1; longer ones grow them on first use)).\n"
+             "Raises ValueError for a draft-only file as model, n_batch of 0, a bad draft_type, or a draft file that "
+             "does not fit the model.")
+        .def_property_readonly("has_draft_head", &Engine::has_draft_head)
+        .def("memory", [](const Engine & e) {
+                py::list out;
+                for (const glm5next::DeviceMemory & m : e.memory()) {
+                    py::dict row;
+                    row["device"] = m.device;
+                    row["weights"] = m.weights;
+                    row["caches"] = m.caches;
+                    row["compute"] = m.compute;
+                    out.append(row);
+                }
+                return out;
+            },
+            "memory() -> list of dict(device, weights, caches, compute) in bytes, one per device that holds any, the "
+            "CPU last: llama.cpp's load report. caches: every sequence's on the engine; compute: the schedulers' "
+            "buffers (sized at load for a full ubatch at the end of the first sequence's context, grown by the graphs "
+            "run since), once for all sequences.")
+        .def_property_readonly("n_splits", &Engine::n_splits,
+                               "Graph splits of the last graph run (1: every op ran on one device).")
+        .def_property_readonly("n_graphs_built", &Engine::n_graphs_built,
+                               "Graphs built and allocated since load; a ubatch of the last graph's shape reuses it.")
+        .def("traffic", [](const Engine & e) {
+                const glm5next::GraphTraffic t = e.traffic();
+                py::dict out;
+                out["splits"] = t.n_splits;
+                out["bytes_copied"] = t.bytes_copied;
+                out["copy_seconds"] = t.copy_seconds;
+                return out;
+            },
+            "traffic() -> dict(splits, bytes_copied, copy_seconds) of the last graph run: bytes the scheduler copied "
+            "between devices and the seconds those copies took, measured only while profile_traffic is on (else 0 "
+            "and -1).")
+        .def("profile_traffic", &Engine::profile_traffic, py::arg("on"),
+             "Measure bytes copied and copy time of every graph run from now on (slows compute: each device syncs "
+             "after every node; for benchmarks).")
+        .def_property_readonly("draft_requantized", [](const Engine & e) {
+                std::map<std::string, std::string> out;
+                if (e.draft_weights()) {
+                    for (const auto & [name, type] : e.draft_weights()->requantized()) out[name] = ggml_type_name(type);
+                }
+                return out;
+            },
+            "The draft layer's tensors requantized at load (draft_type q8_0 / q4_0): GGUF name -> ggml type name.");
+
+    py::class_<Sequence>(mod, "Seq", R"doc(One sequence (llama.cpp's seq) on an Engine: its tokens, the trunk's and the
+NextN layer's caches sized for n_ctx rows, its context checkpoints (csrc/runtime/sequence.h; named Seq here, not
+Sequence, which type checkers take for typing.Sequence). Its own calls run graphs of it alone, in ubatches.)doc")
+        .def(py::init([](Engine & engine, uint32_t n_ctx, uint32_t n_checkpoints, uint32_t checkpoint_every) {
+                 return new Sequence(engine, SequenceParams{n_ctx, n_checkpoints, checkpoint_every});
+             }),
+             py::arg("engine"), py::arg("n_ctx") = 4096, py::arg("n_checkpoints") = 32,
+             py::arg("checkpoint_every") = 8192, py::keep_alive<1, 2>(),
+             "Seq(engine: _core.Engine, n_ctx: int, n_checkpoints: context checkpoints kept (llama-server's "
+             "--ctx-checkpoints; 0 = none), checkpoint_every: while prefilling, a checkpoint each time n_past crosses "
+             "a multiple of it (tokens)).\nRaises ValueError for n_ctx out of [1, 2^24] or checkpoint_every of 0, "
+             "RuntimeError when a device cannot hold the caches.")
+        .def_property_readonly("engine", [](const Sequence & s) -> const Engine & { return s.engine(); },
+                               py::return_value_policy::reference_internal, "The engine it runs on.")
+        .def_property_readonly("n_ctx", &Sequence::n_ctx, "Rows its caches hold.")
+        .def_property_readonly("cache_bytes", &Sequence::cache_bytes,
+                               "Memory of its caches (trunk and NextN layer), bytes.")
+        .def("checkpoint_stats", [](const Sequence & e) {
                 py::dict d;
                 d["count"] = e.checkpoints().size();
                 d["bytes"] = e.checkpoints().bytes();
@@ -202,56 +262,15 @@ Raises ValueError without a NextN layer, for a gap after the rows written, or pa
         .def("verify", &glm5next::verify, py::arg("tokens"),
              R"doc(The verify pass of a draft-MTP round over `tokens` (one ubatch), as provisional rows. Returns
 "logits" float32 [n, n_vocab] and "hidden" float32 [n, n_embd] of every row. commit(n_keep) must follow before
-anything else runs on the engine. Raises ValueError for rows that do not fit one ubatch or the context.)doc")
-        .def("commit", &Engine::commit, py::arg("n_keep"), py::call_guard<py::gil_scoped_release>(),
+anything else runs on the sequence. Raises ValueError for rows that do not fit one ubatch or the context.)doc")
+        .def("commit", &Sequence::commit, py::arg("n_keep"), py::call_guard<py::gil_scoped_release>(),
              R"doc(Keep the first n_keep rows of the pending verify pass (1 <= n_keep <= its rows): KDA states and
 conv windows roll back to row n_keep-1's snapshot, later attention rows are dropped. Raises RuntimeError without
 a pending verify pass or for n_keep out of range.)doc")
+        .def_property_readonly("has_draft_head", &Sequence::has_draft_head)
         .def("kda_state", &glm5next::kda_state, py::arg("layer"),
              "Copies of KDA layer `layer`'s caches: conv float32 [3*inner, K-1], state float32 [n_head, d, d].")
-        .def_property_readonly("has_draft_head", &Engine::has_draft_head)
-        .def("memory", [](const Engine & e) {
-                py::list out;
-                for (const glm5next::DeviceMemory & m : e.memory()) {
-                    py::dict row;
-                    row["device"] = m.device;
-                    row["weights"] = m.weights;
-                    row["caches"] = m.caches;
-                    row["compute"] = m.compute;
-                    out.append(row);
-                }
-                return out;
-            },
-            "memory() -> list of dict(device, weights, caches, compute) in bytes, one per device that holds any, the "
-            "CPU last: llama.cpp's load report. compute is the scheduler's buffer, sized at load for a full ubatch "
-            "at the end of the context.")
-        .def_property_readonly("n_splits", &Engine::n_splits,
-                               "Graph splits of the last graph run (1: every op ran on one device).")
-        .def_property_readonly("n_graphs_built", &Engine::n_graphs_built,
-                               "Graphs built and allocated since load; a ubatch of the last graph's shape reuses it.")
-        .def("traffic", [](const Engine & e) {
-                const glm5next::GraphTraffic t = e.traffic();
-                py::dict out;
-                out["splits"] = t.n_splits;
-                out["bytes_copied"] = t.bytes_copied;
-                out["copy_seconds"] = t.copy_seconds;
-                return out;
-            },
-            "traffic() -> dict(splits, bytes_copied, copy_seconds) of the last graph run: bytes the scheduler copied "
-            "between devices and the seconds those copies took, measured only while profile_traffic is on (else 0 "
-            "and -1).")
-        .def("profile_traffic", &Engine::profile_traffic, py::arg("on"),
-             "Measure bytes copied and copy time of every graph run from now on (slows compute: each device syncs "
-             "after every node; for benchmarks).")
-        .def_property_readonly("draft_requantized", [](const Engine & e) {
-                std::map<std::string, std::string> out;
-                if (e.draft_weights()) {
-                    for (const auto & [name, type] : e.draft_weights()->requantized()) out[name] = ggml_type_name(type);
-                }
-                return out;
-            },
-            "The draft layer's tensors requantized at load (draft_type q8_0 / q4_0): GGUF name -> ggml type name.")
-        .def("save_state", [](const Engine & e) {
+        .def("save_state", [](const Sequence & e) {
                 std::vector<uint8_t> data;
                 {
                     py::gil_scoped_release release;
@@ -260,27 +279,27 @@ a pending verify pass or for n_keep out of range.)doc")
                 return py::bytes(reinterpret_cast<const char *>(data.data()), data.size());
             },
             "save_state() -> bytes: the whole sequence (tokens, the trunk's and the NextN layer's cache rows, context "
-            "checkpoints; csrc/runtime/sequence_state.h), for load_state on an engine of the same model.")
-        .def("load_state", [](Engine & e, const py::bytes & data) {
+            "checkpoints; csrc/runtime/sequence_state.h), for load_state on a sequence of the same model.")
+        .def("load_state", [](Sequence & e, const py::bytes & data) {
                 const std::string_view view(data);
                 py::gil_scoped_release release;
                 e.load_state(reinterpret_cast<const uint8_t *>(view.data()), view.size());
             },
             py::arg("data"),
-            "load_state(data: bytes): replace the sequence with one save_state returned (on this engine or another of "
+            "load_state(data: bytes): replace the sequence with one save_state returned (by this sequence or another of "
             "the same model); a prompt sharing a prefix with it then resumes from it. Raises ValueError, naming what "
             "is wrong and keeping the sequence as it was, for bytes that are not a saved sequence, a damaged one, one "
             "of another model or one longer than n_ctx.")
-        .def("reset", &Engine::reset, "Forget the sequence (caches cleared, n_past = 0).")
-        .def_property_readonly("n_past", &Engine::n_past, "Tokens in the sequence.")
-        .def_property_readonly("tokens", &Engine::tokens, "The sequence's tokens (one per trunk row), a copy.");
+        .def("reset", &Sequence::reset, "Forget the sequence (caches cleared, n_past = 0).")
+        .def_property_readonly("n_past", &Sequence::n_past, "Tokens in the sequence.")
+        .def_property_readonly("tokens", &Sequence::tokens, "The sequence's tokens (one per trunk row), a copy.");
 
     py::class_<glm5next::PyDraftChain>(mod, "DraftChain", R"doc(The NextN draft steps of one round (runtime.md,
 draft-MTP round, step 1): begin() writes the draft-head rows up to step 0; each next(token) is the following
 step on (z of the step before, token). With share=True steps >= 1 attend exactly step 0's selection (index
 sharing); with share=False each runs the head's own indexer. The caller picks the tokens.)doc")
-        .def(py::init<Engine &, bool>(), py::arg("engine"), py::arg("share"), py::keep_alive<1, 2>(),
-             "Raises ValueError when the engine has no draft head.")
+        .def(py::init<Sequence &, bool>(), py::arg("sequence"), py::arg("share"), py::keep_alive<1, 2>(),
+             "Raises ValueError when the sequence's engine has no draft head.")
         .def("begin", &glm5next::PyDraftChain::begin, py::arg("hidden"), py::arg("next_tokens"), py::arg("pos0"),
              R"doc(Step 0: write rows (hidden[i], next_tokens[i]) at positions pos0.. of the draft cache (hidden
 float32 [n, n_embd], trunk post-norm states; the last row is step 0). Returns "logits" float32 [n_vocab], "z"

@@ -1,4 +1,5 @@
-// Python bindings of generation with and without draft-MTP speculation: _core.Generator.
+// Python bindings of generation with and without draft-MTP speculation: _core.Generator, and _core.Batch (the
+// rounds of several generators in shared graphs).
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -7,13 +8,16 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/batch.h"
 #include "runtime/speculative.h"
 
 namespace py = pybind11;
 
+using glm5next::Batch;
 using glm5next::DraftLengthPolicy;
 using glm5next::Engine;
 using glm5next::Generator;
+using glm5next::Sequence;
 
 namespace {
 
@@ -67,25 +71,25 @@ py::dict stats_dict(const glm5next::SpecStats & s) {
 }  // namespace
 
 void bind_generator(py::module_ & mod) {
-    py::class_<Generator>(mod, "Generator", R"doc(Generation on an Engine's sequence, optionally with draft-MTP
+    py::class_<Generator>(mod, "Generator", R"doc(Generation on a Sequence, optionally with draft-MTP
 speculation (runtime.md, draft-MTP round). Greedy output is the same with and without speculation; sampled
 output keeps the target distribution (speculative sampling).)doc")
-        .def(py::init([](Engine & engine, int n_max, int n_min, float p_min, int index_share, float synthetic_accepted,
+        .def(py::init([](Sequence & sequence, int n_max, int n_min, float p_min, int index_share, float synthetic_accepted,
                          bool adaptive, float temperature, int top_k, float top_p, float min_p, uint64_t seed,
                          int n_probs, const std::vector<std::pair<int32_t, float>> & logit_bias,
-                         std::shared_ptr<DraftLengthPolicy> policy) {
+                         std::shared_ptr<DraftLengthPolicy> policy, const std::vector<int32_t> & end_ids) {
                  std::vector<glm5next::LogitBias> bias;
                  for (const auto & [token, b] : logit_bias) bias.push_back({token, b});
-                 return new Generator(engine, {n_max, n_min, p_min, index_share, synthetic_accepted, adaptive},
+                 return new Generator(sequence, {n_max, n_min, p_min, index_share, synthetic_accepted, adaptive},
                                       {temperature, top_k, top_p, min_p, seed}, n_probs, std::move(bias),
-                                      std::move(policy));
+                                      std::move(policy), end_ids);
              }),
-             py::arg("engine"), py::arg("n_max") = 3, py::arg("n_min") = 0, py::arg("p_min") = 0.0f,
+             py::arg("sequence"), py::arg("n_max") = 3, py::arg("n_min") = 0, py::arg("p_min") = 0.0f,
              py::arg("index_share") = -1, py::arg("synthetic_accepted") = -1.0f, py::arg("adaptive") = true,
              py::arg("temperature") = 0.8f, py::arg("top_k") = 40, py::arg("top_p") = 0.95f, py::arg("min_p") = 0.05f,
              py::arg("seed") = 0, py::arg("n_probs") = -1,
              py::arg("logit_bias") = std::vector<std::pair<int32_t, float>>(), py::arg("policy") = nullptr,
-             py::keep_alive<1, 2>(),
+             py::arg("end_ids") = std::vector<int32_t>(), py::keep_alive<1, 2>(),
              "n_max: drafts per round (the most, when adaptive; 0 = no speculation); n_min: shorter drafts are not "
              "verified; p_min: drafting stops below this top probability; index_share: -1 file, 0 off, 1 on; "
              "synthetic_accepted: benchmarks only, a fixed mean number of accepted drafts per round (< 0 = off); "
@@ -97,7 +101,8 @@ output keeps the target distribution (speculative sampling).)doc")
              "[(token id, bias)] added to the logits of every row (a token listed twice gets both; -inf bans it); "
              "ValueError for an id outside the vocabulary, a NaN or +inf bias. policy: the DraftLengthPolicy an adaptive "
              "generator learns in (shared with earlier generators, so that acceptance and timings carry over "
-             "requests); None: a new one. ValueError for a policy of another n_max or n_min.")
+             "requests); None: a new one. ValueError for a policy of another n_max or n_min. end_ids: the "
+             "end-of-generation tokens: drafting stops after drafting one (nothing after it is emitted).")
         .def("start",
              [](Generator & g, const std::vector<int32_t> & prompt, bool cache_prompt, const py::object & mask) {
                  mask_array keep;
@@ -157,6 +162,11 @@ output keeps the target distribution (speculative sampling).)doc")
              "End the generation: write the NextN layer's rows still pending for evaluated tokens, so that a later "
              "prompt extending this sequence resumes at its end (start(cache_prompt=True)). Optional.")
         .def_property_readonly("room", &Generator::room, "Tokens the context can still take.")
+        .def_property_readonly("prompting", &Generator::prompting,
+                               "Whether a prompt started by Batch.start is not done (rows to evaluate, or its first "
+                               "token to sample).")
+        .def_property_readonly("prompt_left", &Generator::prompt_left,
+                               "Rows of that prompt still to evaluate (0 when none or not prompting).")
         .def_property_readonly("probs", [](const Generator & g) {
                 py::list out;
                 for (const glm5next::TokenProbs & t : g.probs()) {
@@ -179,6 +189,61 @@ output keeps the target distribution (speculative sampling).)doc")
                                "that carried drafts, n_drafted, n_accepted, acceptance_per_position, drafted_at, "
                                "accepted_at, mean_accepted_length = accepted drafts + 1 per round, rounds_at_length = rounds "
                                "allowed k drafts for k = 0..n_max).");
+
+    py::class_<Batch>(mod, "Batch", R"doc(One round for several generators, each on its own sequence of one engine, in
+shared graphs (csrc/runtime/batch.h): set(generators, max_tokens), then begin(), draft_step(masks) while drafting,
+verify(masks); emitted(i). A generator's tokens and drafts are those it gives alone.)doc")
+        .def(py::init<Engine &>(), py::arg("engine"), py::keep_alive<1, 2>())
+        .def_static("start", [](Generator & g, const std::vector<int32_t> & prompt, bool cache_prompt) {
+                        py::gil_scoped_release release;
+                        Batch::start(g, prompt, cache_prompt);
+                    },
+                    py::arg("generator"), py::arg("prompt"), py::arg("cache_prompt") = false,
+                    "Start `prompt` on `generator` (cache_prompt as Generator.start) without evaluating it: the rounds "
+                    "that include the generator evaluate it, a ubatch per round; the round of its last ubatch emits its "
+                    "first token. Raises ValueError for an empty prompt, an id outside the vocabulary or a prompt "
+                    "longer than the context.")
+        .def("set", [](Batch & b, const std::vector<Generator *> & gens, const std::vector<int64_t> & max_tokens) {
+                 b.set(gens, max_tokens);
+             },
+             py::arg("generators"), py::arg("max_tokens"), py::keep_alive<1, 2>(),
+             "The generators of the next round (each on its own sequence of this engine) and the tokens each one's "
+             "caller may still use. Raises ValueError for a generator of another engine, two on one sequence, or "
+             "lists of different lengths.")
+        .def("begin", &Batch::begin, py::call_guard<py::gil_scoped_release>(),
+             "Phase 1: drafts chosen, waiting draft-head rows written and step 0 run, for every generator at once. "
+             "Raises ValueError as Generator.begin_draft.")
+        .def_property_readonly("drafting", &Batch::drafting, "Whether a generator has a draft to draw (draft_step).")
+        .def("draft_step", [](Batch & b, const std::vector<py::object> & masks) {
+                 std::vector<mask_array> keep(masks.size());
+                 std::vector<const uint32_t *> m(b.size(), nullptr);
+                 if (!masks.empty() && masks.size() != b.size()) throw py::value_error("draft_step: one mask per generator");
+                 for (size_t i = 0; i < masks.size(); ++i) m[i] = mask_rows(masks[i], 1, b.n_vocab(), "masks", keep[i]);
+                 py::gil_scoped_release release;
+                 b.draft_step(m);
+             },
+             py::arg("masks") = std::vector<py::object>(),
+             "Phase 2: each generator with a draft to draw draws it under its mask (uint32 [ceil(n_vocab / 32)] or "
+             "None; [] for none at all), then the next steps of those that go on run in one graph.")
+        .def("verify", [](Batch & b, const std::vector<py::object> & masks) {
+                 std::vector<mask_array> keep(masks.size());
+                 std::vector<const uint32_t *> m(b.size(), nullptr);
+                 if (!masks.empty() && masks.size() != b.size()) throw py::value_error("verify: one mask per generator");
+                 for (size_t i = 0; i < masks.size(); ++i) {
+                     m[i] = mask_rows(masks[i], b.verify_rows(i), b.n_vocab(), "masks", keep[i]);
+                 }
+                 py::gil_scoped_release release;
+                 b.verify(m);
+             },
+             py::arg("masks") = std::vector<py::object>(),
+             "Phase 3: one trunk graph (prompt ubatches, verify passes), then each generator accepts under its masks "
+             "(Generator.verify's masks for a decoding one, the first token's for one whose prompt ends; None) and "
+             "commits.")
+        .def("drafts", [](const Batch & b, size_t i) { return b.drafts(i); }, py::arg("i"),
+             "Generator i's drafts this round so far.")
+        .def("emitted", [](const Batch & b, size_t i) { return b.emitted(i); }, py::arg("i"),
+             "The tokens generator i emitted in the round (after verify; none while its prompt goes on).")
+        .def("__len__", &Batch::size);
 
     py::class_<DraftLengthPolicy, std::shared_ptr<DraftLengthPolicy>>(mod, "DraftLengthPolicy", R"doc(The number of drafts a draft-MTP round should carry:
 the k that maximizes expected emitted tokens per ms from the round outcomes and timings it is told

@@ -9,8 +9,21 @@
 
 namespace glm5next {
 
+bool GraphShape::has_long_part() const {
+    return std::any_of(parts.begin(), parts.end(), [](const PartShape & p) { return p.n_rows > kGatherMaxRows; });
+}
+
+GraphShape GraphShape::slot_class() const {
+    GraphShape out = *this;
+    for (PartShape & p : out.parts) {
+        p.layout = GraphLayout{};
+        p.cache = nullptr;
+    }
+    return out;
+}
+
 GraphSlot::GraphSlot(std::vector<ggml_backend_t> & backends, ggml_backend_t cpu, size_t n_nodes)
-    : cpu_(cpu), several_(backends.size() > 1),
+    : cpu_(cpu), n_nodes_(n_nodes), several_(backends.size() > 1),
       meta_size_(ggml_tensor_overhead() * n_nodes * 2 + ggml_graph_overhead_custom(n_nodes, false)),
       meta_(new uint8_t[meta_size_]) {
     // op_offload off: a weight on the CPU keeps its op on the CPU (placement decides, not batch size).
@@ -89,28 +102,52 @@ void GraphSlot::compute(bool profile) {
     copy_seconds_ = timer ? timer->seconds() : -1.0;
 }
 
-GraphSlots::GraphSlots(std::vector<ggml_backend_t> & backends, ggml_backend_t cpu, size_t n_nodes)
-    : backends_(backends), cpu_(cpu), n_nodes_(n_nodes),
-      batch_(std::make_unique<GraphSlot>(backends, cpu, n_nodes)) {}
+GraphSlots::GraphSlots(std::vector<ggml_backend_t> & backends, ggml_backend_t cpu, size_t nodes_per_part)
+    : backends_(backends), cpu_(cpu), nodes_per_part_(nodes_per_part), batch_(new_slot(1)) {}
+
+std::unique_ptr<GraphSlot> GraphSlots::new_slot(size_t n_parts) {
+    return std::make_unique<GraphSlot>(backends_, cpu_, nodes_per_part_ * std::max<size_t>(1, n_parts));
+}
+
+bool GraphSlots::pinned(const GraphSlot * slot) const {
+    return std::find(pinned_.begin(), pinned_.end(), slot) != pinned_.end();
+}
+
+void GraphSlots::pin(const GraphSlot * slot) { pinned_.push_back(slot); }
+
+void GraphSlots::unpin(const GraphSlot * slot) {
+    auto it = std::find(pinned_.begin(), pinned_.end(), slot);
+    if (it != pinned_.end()) pinned_.erase(it);
+}
 
 GraphSlot & GraphSlots::of(const GraphShape & shape) {
-    if (shape.n_rows > kGatherMaxRows) return *batch_;
+    const size_t n_parts = shape.parts.size();
+    if (shape.has_long_part() && !pinned(batch_.get())) {
+        if (batch_->n_nodes() < nodes_per_part_ * n_parts) {
+            built_by_evicted_ += batch_->n_built();
+            batch_ = new_slot(n_parts);
+        }
+        return *batch_;
+    }
     ++uses_;
-    GraphShape shape_class = shape;
-    shape_class.layout = GraphLayout{};
+    const GraphShape shape_class = shape.slot_class();
     for (Few & f : few_) {
-        if (f.shape_class == shape_class) {
+        if (f.shape_class == shape_class && !pinned(f.slot.get())) {
             f.last_use = uses_;
             return *f.slot;
         }
     }
     if (few_.size() >= kFewSlots) {  // the least recently used goes (never the one that ran last: kFewSlots > 1)
-        auto lru = std::min_element(few_.begin(), few_.end(),
-                                    [](const Few & a, const Few & b) { return a.last_use < b.last_use; });
-        built_by_evicted_ += lru->slot->n_built();
-        few_.erase(lru);
+        auto lru = few_.end();
+        for (auto it = few_.begin(); it != few_.end(); ++it) {
+            if (!pinned(it->slot.get()) && (lru == few_.end() || it->last_use < lru->last_use)) lru = it;
+        }
+        if (lru != few_.end()) {
+            built_by_evicted_ += lru->slot->n_built();
+            few_.erase(lru);
+        }
     }
-    few_.push_back({shape_class, uses_, std::make_unique<GraphSlot>(backends_, cpu_, n_nodes_)});
+    few_.push_back({shape_class, uses_, new_slot(n_parts)});
     return *few_.back().slot;
 }
 

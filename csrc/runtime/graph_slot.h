@@ -18,24 +18,39 @@
 
 namespace glm5next {
 
-// Everything a graph's structure depends on (the rest are inputs): which graph, its rows, its flags, its layout.
-struct GraphShape {
-    enum Kind { kNone, kTrunk, kDraft } kind = kNone;
+// Everything one sequence's part of a graph depends on (the rest are inputs): whose caches it reads and writes (the
+// graph holds the cache tensors), its rows, its flags, its layout.
+struct PartShape {
+    const LayerCache * cache = nullptr;  // the sequence's caches (CacheView::layers)
     int64_t n_rows = 0;
     bool all_logits = false;  // trunk: logits of every row
     bool snapshots = false;   // trunk: per-row KDA snapshots (a verify pass)
     bool shared = false;      // draft: the row attends a reused selection
+    bool output = true;       // draft: the last row's logits and z
     GraphLayout layout;
-    bool operator==(const GraphShape & o) const {
-        return kind == o.kind && n_rows == o.n_rows && all_logits == o.all_logits && snapshots == o.snapshots &&
-               shared == o.shared && layout == o.layout;
+    bool operator==(const PartShape & o) const {
+        return cache == o.cache && n_rows == o.n_rows && all_logits == o.all_logits && snapshots == o.snapshots &&
+               shared == o.shared && output == o.output && layout == o.layout;
     }
+};
+
+// Everything a graph's structure depends on: which graph and its parts, in row order.
+struct GraphShape {
+    enum Kind { kNone, kTrunk, kDraft } kind = kNone;
+    std::vector<PartShape> parts;
+    bool operator==(const GraphShape & o) const { return kind == o.kind && parts == o.parts; }
+    // A part of more than kGatherMaxRows rows (a prompt chunk): the shape changes from ubatch to ubatch.
+    bool has_long_part() const;
+    // The shape without its parts' layouts and sequences: the class a few-row slot keeps (it rebuilds its graph, in
+    // the compute buffers it has, for other positions or other sequences with rows of the same counts and flags).
+    GraphShape slot_class() const;
 };
 
 class GraphSlot {
 public:
     // A scheduler over `backends` (placement order, `cpu` last) for graphs of up to n_nodes nodes.
     GraphSlot(std::vector<ggml_backend_t> & backends, ggml_backend_t cpu, size_t n_nodes);
+    size_t n_nodes() const { return n_nodes_; }
     ~GraphSlot();
     GraphSlot(const GraphSlot &) = delete;
     GraphSlot & operator=(const GraphSlot &) = delete;
@@ -71,6 +86,7 @@ private:
 
     ggml_backend_sched_t sched_ = nullptr;
     ggml_backend_t cpu_;
+    size_t n_nodes_;
     bool several_ = false;  // more than one backend
     // the graph context's memory (tensor and graph metadata only), sized for the largest graph and left
     // uninitialized: only the pages a graph's metadata uses become resident (~5.5 MB a slot on the bundled model
@@ -87,11 +103,11 @@ private:
     double copy_seconds_ = -1.0;
 };
 
-// The engine's schedulers, each keeping its last graph: one for ubatches of more than kGatherMaxRows rows (prompts,
-// the draft head's rows of a prompt) and one per few-row shape class (trunk or draft head, its row count and flags:
-// logits of every row, KDA snapshots, a reused selection), made on first use, so that the shapes draft-MTP rounds
-// alternate between (a step without drafts, verify passes and draft steps 0 of each length the rounds have, the
-// later draft steps) each run on the graph of the round before. Measured with one slot per role, whatever the rows
+// The engine's schedulers, each keeping its last graph: one for ubatches with a part of more than kGatherMaxRows rows
+// (prompts, the draft head's rows of a prompt) and one per few-row shape class (trunk or draft head, its parts' row
+// counts and flags: logits of every row, KDA snapshots, a reused selection), made on first use, so that the shapes
+// draft-MTP rounds alternate between (a step without drafts, verify passes and draft steps 0 of each length the
+// rounds have, the later draft steps; of one sequence or of several) each run on the graph of the round before. Measured with one slot per role, whatever the rows
 // (bundled model q8_0, -t 1): a round of draft-MTP rebuilt a graph in 28 rounds of 53 at n_max 3, whose step 0
 // writes 1..4 rows as the last round accepted, and a build and allocation costs ~0.3 ms, half a decode step; on the
 // 4-layer "predictable" preset, 31 builds in 40 rounds made drafting slower than plain decoding at -t 1 even with 3
@@ -101,11 +117,16 @@ public:
     // Few-row slots kept at most: the least recently used one goes when another is needed (n_max 3 uses ~9).
     static constexpr size_t kFewSlots = 12;
 
-    // Schedulers over `backends` (placement order, `cpu` last; kept by reference) for graphs of up to n_nodes nodes.
-    GraphSlots(std::vector<ggml_backend_t> & backends, ggml_backend_t cpu, size_t n_nodes);
+    // Schedulers over `backends` (placement order, `cpu` last; kept by reference) for graphs of up to
+    // nodes_per_part nodes per sequence.
+    GraphSlots(std::vector<ggml_backend_t> & backends, ggml_backend_t cpu, size_t nodes_per_part);
 
-    // The slot of graphs of `shape`'s class (holding that graph if the last graph of the class had this shape).
+    // The slot of graphs of `shape`'s class (holding that graph if the last graph of the class had this shape), with
+    // room for its nodes. A slot whose graph awaits a verify pass's commit (pin) is never given out.
     GraphSlot & of(const GraphShape & shape);
+    // `slot` holds KDA snapshots a sequence's commit still reads: of() passes it by (and evicts it not) until unpin.
+    void pin(const GraphSlot * slot);
+    void unpin(const GraphSlot * slot);
     // The slots there are: the batch slot first.
     std::vector<const GraphSlot *> all() const;
     int64_t n_built() const;  // graphs allocated in any slot, evicted ones included
@@ -113,14 +134,18 @@ public:
 
 private:
     struct Few {
-        GraphShape shape_class;  // a shape without its layout: the slot rebuilds its graph at another layout
+        GraphShape shape_class;  // GraphShape::slot_class
         uint64_t last_use;
         std::unique_ptr<GraphSlot> slot;
     };
+    bool pinned(const GraphSlot * slot) const;
+    std::unique_ptr<GraphSlot> new_slot(size_t n_parts);
+
     std::vector<ggml_backend_t> & backends_;
     ggml_backend_t cpu_;
-    size_t n_nodes_;
-    std::unique_ptr<GraphSlot> batch_;
+    size_t nodes_per_part_;
+    std::vector<const GraphSlot *> pinned_;
+    std::unique_ptr<GraphSlot> batch_;  // replaced by a larger one for a graph of more parts than it holds
     std::vector<Few> few_;
     uint64_t uses_ = 0;
     int64_t built_by_evicted_ = 0;

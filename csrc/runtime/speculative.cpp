@@ -11,7 +11,7 @@ namespace {
 
 // Draft-head rows deferred by rounds without drafts are written together once this many wait (a batch of rows
 // costs far less per row than one row: the draft head's weights are read once per batch).
-constexpr size_t kDeferredRows = 64;
+constexpr int64_t kDeferredRows = 64;
 
 double ms_since(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -28,16 +28,18 @@ float top_probability(const float * logits, int64_t n_vocab) {
 
 }  // namespace
 
-Generator::Generator(Engine & engine, const SpecParams & spec, const SamplerParams & sampling, int n_probs,
-                     std::vector<LogitBias> logit_bias, std::shared_ptr<DraftLengthPolicy> policy)
-    : engine_(engine), spec_(spec), sampler_(sampling), n_probs_(n_probs), logit_bias_(std::move(logit_bias)) {
-    check_logit_bias(logit_bias_, engine.n_vocab());
-    if (spec_.n_max < 0 || spec_.n_max + 1 > (int) engine.params().n_batch) {
+Generator::Generator(Sequence & seq, const SpecParams & spec, const SamplerParams & sampling, int n_probs,
+                     std::vector<LogitBias> logit_bias, std::shared_ptr<DraftLengthPolicy> policy,
+                     std::vector<int32_t> end_ids)
+    : seq_(seq), engine_(seq.engine()), spec_(spec), sampler_(sampling), end_ids_(std::move(end_ids)),
+      n_probs_(n_probs), logit_bias_(std::move(logit_bias)) {
+    check_logit_bias(logit_bias_, engine_.n_vocab());
+    if (spec_.n_max < 0 || spec_.n_max + 1 > (int) engine_.params().n_batch) {
         throw std::invalid_argument("spec n_max = " + std::to_string(spec_.n_max) + ": must be >= 0 and < n_batch");
     }
     if (spec_.n_max > 0) {
-        const bool share = spec_.index_share < 0 ? engine.index_share_mtp() : spec_.index_share > 0;
-        chain_ = std::make_unique<DraftChain>(engine, share);
+        const bool share = spec_.index_share < 0 ? engine_.index_share_mtp() : spec_.index_share > 0;
+        chain_ = std::make_unique<DraftChain>(seq, share);
         if (spec_.adaptive) {
             if (policy && (policy->n_max() != spec_.n_max || policy->n_min() != std::max(spec_.n_min, 0))) {
                 throw std::invalid_argument("draft length policy for n_max " + std::to_string(policy->n_max()) +
@@ -57,69 +59,30 @@ int64_t Generator::synthetic_keep(int64_t n_drafts) {
     return std::min<int64_t>(n_drafts, lo + (up ? 1 : 0)) + 1;
 }
 
-int32_t Generator::start(const std::vector<int32_t> & prompt, bool cache_prompt, const uint32_t * mask) {
-    const int64_t n_embd = engine_.n_embd();
-    if (prompt.empty()) throw std::invalid_argument("eval: no tokens");
-    started_ = false;
-    drafted_ = false;
-    stats_ = SpecStats();
-    stats_.drafted_at.assign(spec_.n_max, 0);
-    stats_.accepted_at.assign(spec_.n_max, 0);
-    stats_.rounds_at_length.assign(spec_.n_max + 1, 0);
-    round_end_ = {};
-    stats_.n_prompt = (int64_t) prompt.size();
-    // Drafting again needs the draft head's rows, which the dormant rounds did not write: not at the price of the
-    // cached prompt (a chat's next turn would evaluate its whole history again), at most one ubatch of it
-    if (policy_ && policy_->reconsider_due()) {
-        const int64_t lost = cache_prompt ? engine_.resumable(prompt, false) - engine_.resumable(prompt, true) : 0;
-        if (lost <= engine_.params().n_batch) policy_->reconsider();
-    }
-    const bool drafting = this->drafting();
-    const auto t0 = std::chrono::steady_clock::now();
-    std::vector<float> h_before;  // the post-norm hidden state of the row before the first one evaluated
-    int64_t c = 0;
-    EvalOutput out;
-    if (cache_prompt) {
-        c = engine_.resume(prompt, drafting, h_before, out.logits);
-    } else {
-        engine_.reset();
-    }
-    stats_.n_cached = c;
-    if (c < (int64_t) prompt.size()) {
-        out = engine_.eval(std::vector<int32_t>(prompt.begin() + c, prompt.end()), false);
-    } else {  // the whole prompt resumed, with its last row's logits: nothing to evaluate
-        out.hidden = h_before;
-    }
-    stats_.prompt_ms = ms_since(t0);
-    // where the next turn of a chat starts (or the same prompt again), whether or not this prompt resumed
-    engine_.checkpoint(out.logits);
+// ---- the solo API: each phase's part run alone ----
 
-    // Draft rows (h_p, x_{p+1}) wait to be written with the next step 0: from the row before the first one
-    // evaluated (the NextN layer's rows before it were kept), or from position 0.
-    pending_pos_ = c > 0 ? c - 1 : 0;
-    pending_h_.clear();
-    pending_x_.clear();
-    if (drafting && c < (int64_t) prompt.size()) {
-        if (c > 0) pending_h_ = h_before;
-        pending_h_.insert(pending_h_.end(), out.hidden.begin(), out.hidden.end() - n_embd);
-        pending_x_.assign(prompt.begin() + pending_pos_ + 1, prompt.end());
-        write_pending_rows();  // now, so that the prompt-end checkpoint can serve drafting
+int32_t Generator::start(const std::vector<int32_t> & prompt, bool cache_prompt, const uint32_t * mask) {
+    begin_prompt(prompt, cache_prompt);
+    TrunkPart part;
+    while (prompt_part(part)) {
+        const auto t0 = std::chrono::steady_clock::now();
+        engine_.run_trunk({part});
+        prompt_ran(ms_since(t0));
     }
-    h_last_.assign(out.hidden.end() - n_embd, out.hidden.end());
-    next_ = sampler_.sample(constrained(out.logits.data(), 1, mask), engine_.n_vocab());
-    probs_.clear();
-    if (n_probs_ >= 0) probs_.push_back(token_probs(out.logits.data(), engine_.n_vocab(), next_, n_probs_));
-    started_ = true;
-    return next_;
+    const int32_t first = finish_prompt(mask);
+    write_pending_rows();  // now, so that the prompt-end checkpoint can serve drafting
+    return first;
 }
 
 void Generator::write_pending_rows() {
     if (!chain_ || pending_x_.empty()) return;
-    engine_.draft_rows(pending_h_.data(), pending_x_.data(), (int64_t) pending_x_.size(), pending_pos_, nullptr, -1,
-                       /*from_trunk=*/true, rows_out_);
-    pending_pos_ += (int64_t) pending_x_.size();
-    pending_h_.clear();
-    pending_x_.clear();
+    flush_rows_ = (int64_t) pending_x_.size();
+    DraftPart part;
+    while (draft_part(part)) {
+        const auto t0 = std::chrono::steady_clock::now();
+        engine_.run_draft({part});
+        draft_ran(part, ms_since(t0));
+    }
 }
 
 void Generator::finish() {
@@ -127,18 +90,7 @@ void Generator::finish() {
 }
 
 int64_t Generator::room() const {
-    return started_ ? (int64_t) engine_.cache().n_ctx() - (int64_t) engine_.n_past() : 0;
-}
-
-const float * Generator::constrained(const float * raw, int64_t n_rows, const uint32_t * masks) {
-    if (masks == nullptr && logit_bias_.empty()) return raw;
-    const int64_t n_vocab = engine_.n_vocab();
-    constrained_.assign(raw, raw + n_rows * n_vocab);
-    for (int64_t i = 0; i < n_rows; ++i) {
-        constrain_logits(constrained_.data() + i * n_vocab, n_vocab,
-                         masks == nullptr ? nullptr : masks + i * mask_words(n_vocab), logit_bias_);
-    }
-    return constrained_.data();
+    return started_ ? (int64_t) seq_.n_ctx() - (int64_t) seq_.n_past() : 0;
 }
 
 std::vector<int32_t> Generator::step(int64_t max_tokens) {
@@ -156,21 +108,155 @@ const std::vector<int32_t> & Generator::draft(int64_t max_tokens) {
 }
 
 int64_t Generator::begin_draft(int64_t max_tokens) {
+    const int64_t limit = begin_round(max_tokens);
+    DraftPart part;
+    while (draft_part(part)) {
+        const auto t0 = std::chrono::steady_clock::now();
+        engine_.run_draft({part});
+        draft_ran(part, ms_since(t0));
+    }
+    return limit;
+}
+
+int32_t Generator::draft_next(const uint32_t * mask) {
+    const int32_t token = sample_draft(mask);
+    DraftPart part;
+    if (next_step_part(part)) {
+        const auto t0 = std::chrono::steady_clock::now();
+        engine_.run_draft({part});
+        step_ran(ms_since(t0));
+    }
+    return token;
+}
+
+std::vector<int32_t> Generator::verify(int64_t n_keep, const uint32_t * masks) {
+    const TrunkPart part = verify_part(n_keep);
+    const auto t0 = std::chrono::steady_clock::now();
+    engine_.run_trunk({part});
+    return verify_ran(masks, ms_since(t0), true);
+}
+
+// ---- the phases ----
+
+void Generator::begin_prompt(const std::vector<int32_t> & prompt, bool cache_prompt) {
+    if (prompt.empty()) throw std::invalid_argument("eval: no tokens");
+    engine_.check_tokens(prompt.data(), (int64_t) prompt.size());
+    if (prompt.size() > seq_.n_ctx()) {
+        throw std::invalid_argument("eval: " + std::to_string(prompt.size()) +
+                                    " tokens exceed the context size n_ctx = " + std::to_string(seq_.n_ctx()));
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    started_ = false;
+    drafted_ = false;
+    stats_ = SpecStats();
+    stats_.drafted_at.assign(spec_.n_max, 0);
+    stats_.accepted_at.assign(spec_.n_max, 0);
+    stats_.rounds_at_length.assign(spec_.n_max + 1, 0);
+    round_end_ = {};
+    stats_.n_prompt = (int64_t) prompt.size();
+    // Drafting again needs the draft head's rows, which the dormant rounds did not write: not at the price of the
+    // cached prompt (a chat's next turn would evaluate its whole history again), at most one ubatch of it
+    if (policy_ && policy_->reconsider_due()) {
+        const int64_t lost = cache_prompt ? seq_.resumable(prompt, false) - seq_.resumable(prompt, true) : 0;
+        if (lost <= engine_.params().n_batch) policy_->reconsider();
+    }
+    std::vector<float> h_before;  // the post-norm hidden state of the row before the first one evaluated
+    int64_t c = 0;
+    prompt_out_.logits.clear();
+    if (cache_prompt) {
+        c = seq_.resume(prompt, drafting(), h_before, prompt_out_.logits);
+    } else {
+        seq_.reset();
+    }
+    stats_.n_cached = c;
+    prompt_ = prompt;
+    prompt_at_ = c;
+    // Draft rows (h_p, x_{p+1}) wait to be written: from the row before the first one evaluated (the NextN layer's
+    // rows before it were kept), or from position 0.
+    pending_pos_ = c > 0 ? c - 1 : 0;
+    pending_h_.clear();
+    pending_x_.clear();
+    flush_rows_ = 0;
+    if (drafting() && c < (int64_t) prompt.size() && c > 0) pending_h_ = h_before;
+    h_last_ = h_before;  // the whole prompt resumed: its last row's
+    prompting_ = true;
+    stats_.prompt_ms = ms_since(t0);
+}
+
+bool Generator::prompt_part(TrunkPart & part) {
+    const int64_t left = (int64_t) prompt_.size() - prompt_at_;
+    if (!prompting_ || left <= 0) return false;
+    const int64_t n = seq_.prompt_ubatch(left);
+    prompt_out_.n_tokens = n;
+    prompt_out_.n_logit_rows = 1;
+    prompt_out_.logits.resize(engine_.n_vocab());
+    prompt_out_.hidden.resize(n * engine_.n_embd());
+    part = TrunkPart{&seq_, prompt_.data() + prompt_at_, n, false, false, &prompt_out_, 0};
+    return true;
+}
+
+void Generator::prompt_ran(double ms) {
+    const int64_t n_embd = engine_.n_embd();
+    seq_.checkpoint_if_due();
+    if (drafting()) pending_h_.insert(pending_h_.end(), prompt_out_.hidden.begin(), prompt_out_.hidden.end());
+    h_last_.assign(prompt_out_.hidden.end() - n_embd, prompt_out_.hidden.end());
+    prompt_at_ += prompt_out_.n_tokens;
+    stats_.prompt_ms += ms;
+}
+
+int32_t Generator::finish_prompt(const uint32_t * mask) {
+    if (!prompting_ || prompt_at_ < (int64_t) prompt_.size()) throw std::logic_error("the prompt has rows left");
+    const auto t0 = std::chrono::steady_clock::now();
+    const int64_t n_embd = engine_.n_embd();
+    // where the next turn of a chat starts (or the same prompt again), whether or not this prompt resumed
+    seq_.checkpoint(prompt_out_.logits);
+    if (drafting() && stats_.n_cached < (int64_t) prompt_.size()) {  // the last row pairs with the next token
+        pending_h_.resize(pending_h_.size() - n_embd);
+        pending_x_.assign(prompt_.begin() + pending_pos_ + 1, prompt_.end());
+        flush_rows_ = (int64_t) pending_x_.size();
+    } else {
+        pending_h_.clear();
+    }
+    const int64_t n_vocab = engine_.n_vocab();
+    next_ = sampler_.sample(constrained(prompt_out_.logits.data(), 1, mask), n_vocab);
+    probs_.clear();
+    if (n_probs_ >= 0) probs_.push_back(token_probs(prompt_out_.logits.data(), n_vocab, next_, n_probs_));
+    prompting_ = false;
+    started_ = true;
+    stats_.prompt_ms += ms_since(t0);
+    return next_;
+}
+
+const float * Generator::constrained(const float * raw, int64_t n_rows, const uint32_t * masks) {
+    if (masks == nullptr && logit_bias_.empty()) return raw;
+    const int64_t n_vocab = engine_.n_vocab();
+    constrained_.assign(raw, raw + n_rows * n_vocab);
+    for (int64_t i = 0; i < n_rows; ++i) {
+        constrain_logits(constrained_.data() + i * n_vocab, n_vocab,
+                         masks == nullptr ? nullptr : masks + i * mask_words(n_vocab), logit_bias_);
+    }
+    return constrained_.data();
+}
+
+int64_t Generator::begin_round(int64_t max_tokens) {
     if (room() <= 0) {
         throw std::invalid_argument(started_ ? "the context is full" : "draft() before start()");
     }
     if (drafted_) throw std::invalid_argument("draft() twice: verify() the last drafts first");
-    round_pos_ = engine_.n_past();
+    round_pos_ = seq_.n_past();
     round_builds_ = engine_.n_graphs_built();
     draft_.tokens.clear();
     draft_limit_ = 0;
     draft_stopped_ = false;
     chain_began_ = false;
+    awaiting_sample_ = false;
+    began_rows_ = 0;
     first_ms_ = next_ms_ = 0;
     between_ms_ = round_end_ == std::chrono::steady_clock::time_point{} ? -1.0 : ms_since(round_end_);
     if (chain_ && !drafting()) {  // the policy gave up (in this generation or before): no draft-head rows
         pending_h_.clear();
         pending_x_.clear();
+        flush_rows_ = 0;
         if (policy_) policy_->observe_dormant();
     }
     if (drafting()) {  // step 0 is the row (h_{P-1}, next); the pending rows before it are written with it
@@ -180,30 +266,63 @@ int64_t Generator::begin_draft(int64_t max_tokens) {
         draft_limit_ = std::min<int64_t>({spec_.n_max, room() - 1, std::max<int64_t>(0, max_tokens - 1)});
         if (policy_) draft_limit_ = policy_->choose((int) draft_limit_);
         if ((int64_t) draft_.q.size() < draft_limit_) draft_.q.resize(draft_limit_);
-        const auto t0 = std::chrono::steady_clock::now();
-        if (draft_limit_ > 0) {
-            began_rows_ = (int64_t) pending_x_.size();
-            chain_out_ = &chain_->begin(pending_h_.data(), pending_x_.data(), began_rows_, pending_pos_);
-            chain_began_ = true;
-            first_ms_ = ms_since(t0);
-        } else if (pending_x_.size() >= kDeferredRows) {  // no drafts: the row waits, unless enough wait already
-            const int64_t n = (int64_t) pending_x_.size();
-            write_pending_rows();
-            if (policy_) policy_->observe_rows(n, ms_since(t0));
-        }
-        stats_.draft_ms += ms_since(t0);
+        // no drafts: the row waits, unless enough wait already (a batch of rows costs far less per row than one row)
+        deferred_flush_ = draft_limit_ == 0 && (int64_t) pending_x_.size() - flush_rows_ >= kDeferredRows;
+        if (deferred_flush_) flush_rows_ = (int64_t) pending_x_.size();
     }
     ++stats_.rounds_at_length[draft_limit_];
     drafted_ = true;
     return draft_limit_;
 }
 
-int32_t Generator::draft_next(const uint32_t * mask) {
+bool Generator::draft_part(DraftPart & part) {
+    if (!chain_ || pending_x_.empty()) return false;
+    const int64_t n_batch = engine_.params().n_batch, rows = (int64_t) pending_x_.size();
+    if (flush_rows_ == 0 && (!drafted_ || draft_limit_ == 0 || chain_began_)) return false;
+    // rows written without drafting (a prompt's, deferred ones, or the first ubatches of a long step 0), n_batch at
+    // a time; then step 0 with the rest
+    const bool step0 = flush_rows_ == 0 && rows <= n_batch;
+    part_rows_ = step0 ? rows : std::min(n_batch, flush_rows_ > 0 ? flush_rows_ : rows);
+    if (step0) {
+        part = chain_->begin_part(pending_h_.data(), pending_x_.data(), rows, pending_pos_);
+        return true;
+    }
+    part = DraftPart{&seq_, pending_h_.data(), pending_x_.data(), part_rows_, pending_pos_, nullptr, -1,
+                     /*from_trunk=*/true, nullptr};
+    return true;
+}
+
+void Generator::draft_ran(const DraftPart & part, double ms) {
+    const int64_t n = part_rows_, n_embd = engine_.n_embd();
+    const bool flushed = flush_rows_ > 0;
+    pending_h_.erase(pending_h_.begin(), pending_h_.begin() + n * n_embd);
+    pending_x_.erase(pending_x_.begin(), pending_x_.begin() + n);
+    pending_pos_ += n;
+    if (drafted_) stats_.draft_ms += ms;
+    if (flushed) {
+        flush_rows_ -= n;
+        flush_ms_ += ms;
+        flushed_rows_ += n;
+        if (flush_rows_ == 0 && deferred_flush_ && policy_) policy_->observe_rows(flushed_rows_, flush_ms_);
+        if (flush_rows_ == 0) flush_ms_ = 0, flushed_rows_ = 0, deferred_flush_ = false;
+        return;
+    }
+    began_rows_ += n;
+    first_ms_ += ms;
+    if (part.out != nullptr) {
+        chain_->began();
+        chain_out_ = &chain_->out();
+        chain_began_ = true;
+        awaiting_sample_ = true;
+    }
+}
+
+int32_t Generator::sample_draft(const uint32_t * mask) {
     if (!drafted_) throw std::invalid_argument("draft_next() without begin_draft()");
     const int64_t k = (int64_t) draft_.tokens.size(), n_vocab = engine_.n_vocab();
-    if (draft_stopped_ || k >= draft_limit_) return -1;
+    if (draft_stopped_ || k >= draft_limit_ || !awaiting_sample_) return -1;
     const auto t0 = std::chrono::steady_clock::now();
-    if (k > 0) chain_out_ = &chain_->next(draft_.tokens.back());
+    awaiting_sample_ = false;
     const float * logits = chain_out_->logits.data();
     if (mask != nullptr || !logit_bias_.empty()) {  // any q keeps speculative sampling exact; a constrained one is
         draft_logits_.assign(chain_out_->logits.begin(), chain_out_->logits.end());  // accepted more often
@@ -219,32 +338,59 @@ int32_t Generator::draft_next(const uint32_t * mask) {
         sampler_.distribution(logits, n_vocab, draft_.q[k]);
         token = sampler_.sample_from(draft_.q[k]);
     }
-    if (token >= 0) draft_.tokens.push_back(token);
+    if (token >= 0) {
+        draft_.tokens.push_back(token);
+        // nothing follows an end of generation: drafting past it would draft what is never emitted
+        if (std::find(end_ids_.begin(), end_ids_.end(), token) != end_ids_.end()) draft_stopped_ = true;
+    }
     const double ms = ms_since(t0);
     (k == 0 ? first_ms_ : next_ms_) += ms;
     stats_.draft_ms += ms;
     return token;
 }
 
-std::vector<int32_t> Generator::verify(int64_t n_keep, const uint32_t * masks) {
+bool Generator::next_step_part(DraftPart & part) {
+    const int64_t k = (int64_t) draft_.tokens.size();
+    if (!drafted_ || !chain_began_ || draft_stopped_ || awaiting_sample_ || k == 0 || k >= draft_limit_) return false;
+    part = chain_->next_part(draft_.tokens.back());
+    return true;
+}
+
+void Generator::step_ran(double ms) {
+    chain_->stepped();
+    chain_out_ = &chain_->out();
+    awaiting_sample_ = true;
+    next_ms_ += ms;
+    stats_.draft_ms += ms;
+}
+
+TrunkPart Generator::verify_part(int64_t n_keep) {
     if (!drafted_) throw std::invalid_argument(started_ ? "verify() without draft()" : "verify() before start()");
     if (n_keep < 0 || n_keep > (int64_t) draft_.tokens.size()) {
         throw std::invalid_argument("verify: n_keep = " + std::to_string(n_keep) + " is outside [0, " +
                                     std::to_string(draft_.tokens.size()) + "], the drafts of the round");
     }
     drafted_ = false;
+    awaiting_sample_ = false;
     if (n_keep < spec_.n_min) {  // too short to verify: none is (a fresh sample from the target is exact too)
         draft_.tokens.clear();
         n_keep = 0;
     }
-    const int64_t P = round_pos_;
-    std::vector<int32_t> batch = {next_};
-    batch.insert(batch.end(), draft_.tokens.begin(), draft_.tokens.begin() + n_keep);
+    verify_tokens_.assign(1, next_);
+    verify_tokens_.insert(verify_tokens_.end(), draft_.tokens.begin(), draft_.tokens.begin() + n_keep);
+    const int64_t n = n_keep + 1;
+    verify_out_.n_tokens = verify_out_.n_logit_rows = n;
+    verify_out_.logits.resize(n * engine_.n_vocab());
+    verify_out_.hidden.resize(n * engine_.n_embd());
+    return TrunkPart{&seq_, verify_tokens_.data(), n, true, true, &verify_out_, 0};
+}
+
+std::vector<int32_t> Generator::verify_ran(const uint32_t * masks, double ms, bool alone) {
     const auto t0 = std::chrono::steady_clock::now();
-    engine_.verify(batch, verify_out_);
+    const int64_t n_keep = (int64_t) verify_tokens_.size() - 1, P = round_pos_;
     const std::vector<int32_t> emitted = accept(constrained(verify_out_.logits.data(), n_keep + 1, masks), n_keep);
-    engine_.commit((int64_t) emitted.size());
-    const double verify_ms = ms_since(t0);
+    seq_.commit((int64_t) emitted.size());
+    const double verify_ms = ms + ms_since(t0);
     stats_.verify_ms += verify_ms;
     probs_.clear();
     if (n_probs_ >= 0) {  // emitted token i came from verify row i (accepted draft, correction or bonus)
@@ -255,7 +401,7 @@ std::vector<int32_t> Generator::verify(int64_t n_keep, const uint32_t * masks) {
     }
 
     count(emitted);
-    observe_round(n_keep, emitted, verify_ms);
+    observe_round(n_keep, emitted, verify_ms, alone);
     carry(emitted, P);
     round_end_ = std::chrono::steady_clock::now();
     return emitted;
@@ -305,10 +451,11 @@ void Generator::count(const std::vector<int32_t> & emitted) {
     for (int64_t i = 0; i < n_acc; ++i) ++stats_.accepted_at[i];
 }
 
-void Generator::observe_round(int64_t n_keep, const std::vector<int32_t> & emitted, double verify_ms) {
+void Generator::observe_round(int64_t n_keep, const std::vector<int32_t> & emitted, double verify_ms, bool alone) {
     if (!policy_ || !drafting()) return;
     const int n_drafted = (int) draft_.tokens.size();
-    const bool cold = engine_.n_graphs_built() != round_builds_;  // the round built a graph: not a sample of its cost
+    // the round built a graph (a one-time cost), or its graphs held other sequences' rows: not a sample of its cost
+    const bool cold = !alone || engine_.n_graphs_built() != round_builds_;
     policy_->observe(n_drafted, n_drafted ? (int) emitted.size() - 1 : 0, (int) n_keep + 1, began_rows_, first_ms_,
                      next_ms_, cold ? -1.0 : verify_ms, between_ms_, (int) draft_limit_);
 }

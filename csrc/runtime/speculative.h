@@ -6,7 +6,10 @@
 //   4. commit: the trunk keeps the accepted rows (Engine::commit: KDA rolls back to its snapshot), the draft
 //      head's provisional rows are rewritten from the trunk's real hidden states with the next round's step 0.
 // step() runs these four in this order, each a function of its own, then count() and carry() (what the next
-// round starts from); nothing calls back up. A constrained round (structured output) is the same round cut in
+// round starts from); nothing calls back up. Each step that runs a graph is cut in two around it: the part the
+// sequence contributes (its rows) and what follows once the part ran; a Generator runs its parts alone, and
+// runtime/batch.h runs the parts of several generators (one per sequence) in shared graphs, so that a generator's
+// tokens and drafts are the same whether it runs alone or batched. A constrained round (structured output) is the same round cut in
 // pieces, data flowing one way: begin_draft(), then draft_next(mask) step by step with the mask of the caller's
 // grammar after the drafts so far, then verify() with each target row's mask (or draft() and a verify() of the
 // drafts the grammar allows, which accepts fewer: an unmasked draft head often proposes what the grammar refuses).
@@ -14,14 +17,14 @@
 
 #include <chrono>
 #include <cstdint>
-#include <vector>
-
 #include <memory>
+#include <vector>
 
 #include "runtime/draft_chain.h"
 #include "runtime/draft_length.h"
 #include "runtime/engine.h"
 #include "runtime/sampling.h"
+#include "runtime/sequence.h"
 #include "runtime/token_probs.h"
 
 namespace glm5next {
@@ -51,22 +54,26 @@ struct SpecStats {
     double prompt_ms = 0, draft_ms = 0, verify_ms = 0;
 };
 
+class Batch;
+
 class Generator {
 public:
-    // Raises std::invalid_argument when speculation is asked for and the file has no NextN layer, or n_max
-    // does not fit a ubatch.
+    // Generation on `seq` (which must outlive the generator). Raises std::invalid_argument when speculation is
+    // asked for and the file has no NextN layer, or n_max does not fit a ubatch.
     // n_probs >= 0: report every emitted token's log-probability and the n_probs most probable tokens' (probs());
     // < 0: none.
     // logit_bias: added to the logits of every target row (and of every draft step, so that drafts follow it),
     // checked by check_logit_bias (std::invalid_argument).
+    // end_ids: end-of-generation tokens: drafting stops after drafting one (nothing that follows it is emitted).
     // policy: the draft length policy an adaptive generator reports to and asks (spec.adaptive with n_max > 0), so
     // that what it learned of acceptance and timings outlives one request (Model keeps one per n_max, n_min); null:
     // a new one. Throws std::invalid_argument for a policy of another n_max or n_min.
-    Generator(Engine & engine, const SpecParams & spec, const SamplerParams & sampling, int n_probs = -1,
-              std::vector<LogitBias> logit_bias = {}, std::shared_ptr<DraftLengthPolicy> policy = nullptr);
+    Generator(Sequence & seq, const SpecParams & spec, const SamplerParams & sampling, int n_probs = -1,
+              std::vector<LogitBias> logit_bias = {}, std::shared_ptr<DraftLengthPolicy> policy = nullptr,
+              std::vector<int32_t> end_ids = {});
 
     // Evaluates `prompt` and samples the first token, which it returns. With `cache_prompt` the sequence keeps the
-    // longest prefix of the prompt it can resume from (Engine::resume) and evaluates only the rest; without, it
+    // longest prefix of the prompt it can resume from (Sequence::resume) and evaluates only the rest; without, it
     // starts over. Either way it then keeps a checkpoint at the end of the prompt (where the next turn of a chat
     // starts) and, when speculating, writes the NextN layer's rows for the prompt at once (not with the first
     // draft), so that a later request, drafting or not, can resume from it. Throws std::invalid_argument for an
@@ -109,13 +116,18 @@ public:
 
     // Ends a generation: writes the NextN layer's rows still pending for evaluated tokens (they would go with the
     // next round's first draft), so that a later prompt extending this sequence resumes at its end with the draft
-    // head's rows complete (Engine::resume). Optional: without it a later prompt resumes at a checkpoint.
+    // head's rows complete (Sequence::resume). Optional: without it a later prompt resumes at a checkpoint.
     void finish();
 
     // Tokens the context can still take (the last emitted one needs a row before anything follows it).
     int64_t room() const;
 
     int64_t n_vocab() const { return engine_.n_vocab(); }
+    Sequence & sequence() const { return seq_; }
+    // Whether the prompt given to start (or Batch::start) still has rows to evaluate, or its first token to sample;
+    // and how many rows.
+    bool prompting() const { return prompting_; }
+    int64_t prompt_left() const { return prompting_ ? (int64_t) prompt_.size() - prompt_at_ : 0; }
 
     // With n_probs >= 0, the log-probabilities of the tokens the last start(), step() or verify() returned, one per
     // token in order, from the target rows that produced them (runtime/token_probs.h); empty otherwise.
@@ -126,6 +138,32 @@ public:
     const std::shared_ptr<DraftLengthPolicy> & policy() const { return policy_; }
 
 private:
+    friend class Batch;  // runs the phases below for several generators at once
+
+    // --- The phases (each graph-running step as its part, then what follows once it ran) ---
+    // The prompt: begin_prompt keeps what the sequence can resume (start's cache_prompt); prompt_part gives the
+    // next ubatch of the rest (false when none is left), prompt_ran follows it; finish_prompt then samples the
+    // first token under `mask` and returns it.
+    void begin_prompt(const std::vector<int32_t> & prompt, bool cache_prompt);
+    bool prompt_part(TrunkPart & part);
+    void prompt_ran(double ms);
+    int32_t finish_prompt(const uint32_t * mask);
+    // A round: begin_round chooses its drafts (begin_draft's limit); draft_part gives the next draft-head part
+    // before the first sample (pending rows to write, then step 0; false when none), draft_ran follows it;
+    // sample_draft draws the current step's draft (draft_next's meaning) and, when drafting goes on, next_step_part
+    // gives the step after it; verify_part gives the verify pass of the first n_keep drafts, verify_ran follows it
+    // and returns the emitted tokens.
+    int64_t begin_round(int64_t max_tokens);
+    bool draft_part(DraftPart & part);
+    void draft_ran(const DraftPart & part, double ms);
+    int32_t sample_draft(const uint32_t * mask);
+    bool next_step_part(DraftPart & part);
+    void step_ran(double ms);
+    TrunkPart verify_part(int64_t n_keep);
+    std::vector<int32_t> verify_ran(const uint32_t * masks, double ms, bool alone);
+    // Whether this round's drafting is at a step whose draft is not drawn yet.
+    bool drafting_step() const { return drafted_ && chain_began_ && awaiting_sample_; }
+
     struct Draft {
         std::vector<int32_t> tokens;
         std::vector<std::vector<float>> q;  // q[i]: the draft distribution of tokens[i] (storage reused by rounds)
@@ -141,8 +179,9 @@ private:
     void write_pending_rows();
     // The round's counters (stats_), once `emitted` is committed.
     void count(const std::vector<int32_t> & emitted);
-    // The round's outcome and timings, for the draft length policy (n_keep drafts verified, verify_ms).
-    void observe_round(int64_t n_keep, const std::vector<int32_t> & emitted, double verify_ms);
+    // The round's outcome and timings, for the draft length policy (n_keep drafts verified, verify_ms; `alone`:
+    // the round's graphs held this sequence only, so its times are its costs).
+    void observe_round(int64_t n_keep, const std::vector<int32_t> & emitted, double verify_ms, bool alone);
     // What the next round starts from: the draft-head rows it writes (the kept rows' trunk states, from trunk row
     // P), the last hidden state and the token to evaluate next.
     void carry(const std::vector<int32_t> & emitted, int64_t P);
@@ -151,6 +190,7 @@ private:
     // either (~2% of a decode step each on the bundled model q8_0 at -t 1; glm5next-bench's rows of auto).
     bool drafting() const { return chain_ && (!policy_ || policy_->can_pay()); }
 
+    Sequence & seq_;
     Engine & engine_;
     SpecParams spec_;
     bool started_ = false;
@@ -158,6 +198,7 @@ private:
     std::vector<float> h_last_;   // trunk post-norm hidden of the last evaluated row
     Sampler sampler_;
     std::unique_ptr<DraftChain> chain_;  // null without speculation
+    std::vector<int32_t> end_ids_;       // drafting stops after one of these
     SpecStats stats_;
     int n_probs_;
     std::vector<TokenProbs> probs_;
@@ -170,10 +211,23 @@ private:
     int64_t draft_limit_ = 0;          // the most drafts of this round
     bool draft_stopped_ = false;       // p_min stopped this round's drafting
     const DraftOutput * chain_out_ = nullptr;  // the draft chain's current step
+    int32_t next_draft_ = -1;                  // the draft the next step runs on (next_step_part)
     // Draft-head rows not yet written: (trunk post-norm hidden [n_embd], next token) from position pending_pos_.
     std::vector<float> pending_h_;
     std::vector<int32_t> pending_x_;
     int64_t pending_pos_ = 0;
+    int64_t flush_rows_ = 0;   // of them, the first ones to write without drafting (a prompt's rows, deferred rows)
+    bool deferred_flush_ = false;  // the flush writes rows deferred by rounds without drafts (timed for the policy)
+    int64_t flushed_rows_ = 0;     // the flush's rows written so far, and their time
+    double flush_ms_ = 0;
+    int64_t part_rows_ = 0;    // the rows of the draft part running
+    // The prompt being evaluated (start, Batch::start): its ids, the next row to evaluate, the current ubatch's
+    // outputs, and its first row's hidden state's predecessor (row c-1 when c rows were resumed).
+    bool prompting_ = false;
+    std::vector<int32_t> prompt_;
+    int64_t prompt_at_ = 0;
+    EvalOutput prompt_out_;
+    bool awaiting_sample_ = false;  // the current draft step's output is not drawn from yet
     // Adaptive draft lengths (spec_.adaptive with a draft head): told every round's outcome and timings
     // (observe_round), asked each round's length (begin_draft); may be shared with earlier generators.
     std::shared_ptr<DraftLengthPolicy> policy_;
@@ -185,7 +239,7 @@ private:
     std::vector<float> p_;  // the target distribution of a row (reused)
     // Engine outputs, reused round after round: no per-round allocation of [rows, n_vocab] logits.
     EvalOutput verify_out_;
-    DraftOutput rows_out_;  // the draft head's answer to rows written ahead of a round (unused)
+    std::vector<int32_t> verify_tokens_;  // the verify pass's rows
     std::mt19937_64 synthetic_rng_{12345};
 };
 

@@ -1,5 +1,7 @@
 """The OpenAI-compatible HTTP API of glm5next-server (FastAPI): routes and the path of one request through a slot
-(the prompt passes ../prompt.py's checks before it waits for one).
+(the prompt passes ../prompt.py's checks before it waits for one). The slots are sequences of one engine: the
+generations of the requests that hold them run together, batched step by step, on the scheduler's thread
+(../scheduler.py); a request reads its generation's text pieces as they come.
 
 The event loop only moves bytes: parsing a body, rendering the chat template (in a worker process, templates.py),
 tokenizing (the Rust tokenizer releases the GIL) and generating (the C++ work releases it too) run in worker
@@ -21,7 +23,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from functools import partial
 from typing import Any, TypeVar
@@ -35,7 +37,9 @@ from starlette.types import Receive, Scope, Send
 
 from ..chat import ChatTemplateError, opens_think_block
 from ..generate import GenerationResult, GenerationStream
+from ..model import Model
 from ..prompt import PromptError, PromptTooLongError, check_prompt, check_prompt_text
+from ..scheduler import ScheduledGeneration, Scheduler
 from ..tool_calls import string_parameters
 from ..user_text import ControlTokenGuard
 from .anthropic import create_anthropic_router
@@ -72,10 +76,10 @@ T = TypeVar("T")
 
 class EventStream(StreamingResponse):
     """text/event-stream that gives its slot back once the response is over, however it ends (done, client
-    gone, error), and only then: the worker thread of a cancelled stream finishes its piece first (anyio's
-    to_thread is not abandoned on cancel), so the model is idle when `release` runs."""
+    gone, error), and only then: `release` (a coroutine) drops the generation and waits until the scheduler is done
+    with the slot's sequence."""
 
-    def __init__(self, events: AsyncIterator[str], release: Callable[[], None]):
+    def __init__(self, events: AsyncIterator[str], release: Callable[[], Awaitable[None]]):
         super().__init__(events, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
         self._events = events
         self._release = release
@@ -85,12 +89,13 @@ class EventStream(StreamingResponse):
             await super().__call__(scope, receive, send)
         finally:
             await self._events.aclose()  # never started (client gone before the headers) or cut off
-            self._release()
+            await self._release()
 
 
 def create_app(pool: SlotPool, config: ServerConfig) -> FastAPI:
-    """The FastAPI app serving `pool` (see the module docstring)."""
+    """The FastAPI app serving `pool` (slots on one engine: see the module docstring)."""
     stopping = Stopping(pool, config.grace_s)
+    scheduler = Scheduler(pool.models[0].n_batch).start()
 
     sleep = IdleSleep(pool.models, config.sleep_idle_s) if config.sleep_idle_s else None
 
@@ -102,6 +107,7 @@ def create_app(pool: SlotPool, config: ServerConfig) -> FastAPI:
         if watcher is not None:
             watcher.cancel()
         stopping.begin()
+        scheduler.close()
 
     app = FastAPI(title="glm5next-server", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
     install_error_handlers(app)
@@ -287,14 +293,15 @@ def create_app(pool: SlotPool, config: ServerConfig) -> FastAPI:
             pool.release(model)
             raise
         try:
-            # generate() only checks its arguments (a ValueError is the request's fault) and builds the stream:
-            # the work runs as the stream is iterated, in worker threads
-            stream = model.generate(ids, stream=True, **kwargs)
+            # generation() only checks its arguments (a ValueError is the request's fault): the work runs on the
+            # scheduler's thread, with the other slots' generations
+            handle = scheduler.submit(model.generation(ids, **kwargs))
         except BaseException as e:
             pool.release(model)
             if isinstance(e, ValueError):
                 raise APIError(400, str(e)) from None
             raise
+        stream = handle.stream
         limit = body.token_limit()
         params = task_params(kwargs, -1 if limit is None else limit, body.stream, model.spec, body.ignore_eos)
         task = tasks.begin(pool.models.index(model), params, len(ids), stream)
@@ -305,11 +312,11 @@ def create_app(pool: SlotPool, config: ServerConfig) -> FastAPI:
         if verbose is not None:
             verbose.bind(task)
         if body.stream:
-            return EventStream(stream_events(stream, reply, endpoint), partial(pool.release, model))
+            return EventStream(stream_events(stream, reply, endpoint), partial(release, handle, model))
         try:
             result = await in_thread(finish_unless, stream, (watch.gone, stopping.cut))
         finally:
-            pool.release(model)
+            await release(handle, model)
         if result is None:
             if watch.gone.is_set():
                 raise ClientGone()
@@ -319,6 +326,13 @@ def create_app(pool: SlotPool, config: ServerConfig) -> FastAPI:
         if verbose is not None:
             out["__verbose"] = verbose.whole(result)
         return JSONResponse(out)
+
+    async def release(handle: ScheduledGeneration, model: Model) -> None:
+        # the slot goes back once the scheduler no longer touches its sequence (at once when the generation ended)
+        handle.cancel()
+        if not handle.done:
+            await in_thread(handle.wait)
+        pool.release(model)
 
     async def stream_events(stream: GenerationStream, reply: Reply, endpoint: str) -> AsyncIterator[str]:
         try:

@@ -1,0 +1,57 @@
+#include "graph/parts.h"
+
+#include <vector>
+
+namespace glm5next {
+
+GraphPart & GraphParts::add(const CacheView & cache, int64_t n_rows, int64_t n_out, int64_t few_max) {
+    const bool few = n_rows <= few_max;
+    if (groups.empty() || !groups.back().few || !few) {
+        RowGroup g;
+        g.row0 = this->n_rows();
+        g.few = few;
+        groups.push_back(std::move(g));
+    }
+    RowGroup & g = groups.back();
+    GraphPart & p = parts.emplace_back();
+    p.cache = cache;
+    p.n_rows = n_rows;
+    p.row0 = g.n_rows;
+    p.n_out = n_out;
+    p.out_row0 = g.n_out;
+    g.n_rows += n_rows;
+    g.n_out += n_out;
+    g.parts.push_back(&p);
+    return p;
+}
+
+ggml_tensor * RowGroup::outputs(ggml_context * ctx, ggml_tensor * x) {
+    if (parts.size() == 1 && n_out == n_rows) return x;
+    if (parts.size() == 1 && n_out == 1) return ggml_view_2d(ctx, x, x->ne[0], 1, x->nb[1], (n_rows - 1) * x->nb[1]);
+    out_rows.emplace(ctx, GGML_TYPE_I32, n_out, 1, "inp_out_rows");
+    return ggml_get_rows(ctx, x, out_rows->t);
+}
+
+void RowGroup::set_out_rows() const {
+    if (!out_rows) return;
+    std::vector<int32_t> rows;
+    for (const GraphPart * p : parts) {
+        for (int64_t r = p->row0 + p->n_rows - p->n_out; r < p->row0 + p->n_rows; ++r) rows.push_back((int32_t) r);
+    }
+    out_rows->set_input(rows.data());
+}
+
+ggml_tensor * rows_view(ggml_context * ctx, ggml_tensor * t, int dim, int64_t r0, int64_t n) {
+    if (r0 == 0 && n == t->ne[dim]) return t;
+    int64_t ne[4] = {t->ne[0], t->ne[1], t->ne[2], t->ne[3]};
+    ne[dim] = n;
+    return ggml_view_4d(ctx, t, ne[0], ne[1], ne[2], ne[3], t->nb[1], t->nb[2], t->nb[3], r0 * t->nb[dim]);
+}
+
+ggml_tensor * concat_rows(ggml_context * ctx, const std::vector<ggml_tensor *> & pieces, int dim) {
+    ggml_tensor * out = pieces.at(0);
+    for (size_t i = 1; i < pieces.size(); ++i) out = ggml_concat(ctx, out, pieces[i], dim);
+    return out;
+}
+
+}  // namespace glm5next

@@ -1,0 +1,89 @@
+// The rows of several sequences in one graph (runtime.md: one engine serves all slots; a step runs the rows of
+// every active sequence in one graph, with shared matmuls and per-sequence attention, indexer and KDA). A graph's
+// rows are cut into row groups and each group into parts, one part per sequence:
+//   - a part is one sequence's consecutive rows: its own caches, positions, indexer choices and KDA state;
+//   - a group is what the blocks that read no cache (norms, matmuls, mHC, MoE, the output layer) run over at once:
+//     every part of at most kGatherMaxRows rows (decode rows, verify passes, draft steps, short prompt chunks) in
+//     one "few-row" group, and each longer part (a prompt chunk) in a group of its own.
+// Why groups: a row's result must not depend on what it is batched with (issue 15's batch invariance, issue 24).
+// ggml's CPU matmul multiplies one column with its vec_dot kernel and several with llamafile's tinyBLAS, which
+// rounds differently; a few-row group multiplies every row with the vec_dot kernel whatever its size
+// (BlockBuilder::mm), exactly as the part's rows alone would be, and a long part keeps the tinyBLAS product it has
+// alone. Everything per sequence (graph/blocks.cpp) sees the part's own rows, with the shapes it has alone.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <vector>
+
+#include "ggml.h"
+#include "graph/inputs.h"
+#include "graph/layer_cache.h"
+#include "graph/select_ops.h"
+
+namespace glm5next {
+
+// What a ubatch's graph structure depends on besides its row count and the graph's flags: n_past enters only
+// through it and through inputs set per ubatch (InputCacheRows, the custom ops' KpoolParams), so that equal
+// layouts share one graph (Engine's graph reuse; llama.cpp's llm_graph_result::can_reuse).
+struct GraphLayout {
+    int64_t n_kv = 0;    // keys of the masked dense pass (n_past + n_rows); 0: each row gathers its selected keys
+    int64_t n_pool = 1;  // pooled keys the indexer scores: the complete pools, rounded up to kPoolBucket (>= 1)
+    bool operator==(const GraphLayout & o) const { return n_kv == o.n_kv && n_pool == o.n_pool; }
+};
+
+// One sequence's rows in a graph. The custom ops point to its KpoolParams: a part must not move once built
+// (GraphParts keeps them in a deque).
+struct GraphPart {
+    CacheView cache;          // the sequence's caches (n_past: where the graph is built; set_input places it)
+    int64_t n_rows = 0;
+    GraphLayout layout;
+    int64_t row0 = 0;         // its first row within its group
+    int64_t n_out = 0;        // rows whose output (logits; the draft head's z) the graph computes: its last n_out rows
+    int64_t out_row0 = 0;     // its first output row within its group's outputs
+    KpoolParams kpool;        // its rows (n_past set per run)
+    KpoolParams kpool_saved;  // draft head: the row that made a reused selection
+    std::optional<InputCacheRows> cache_rows;
+    std::optional<InputKpoolRows> kpool_rows;  // when a layer on another device selects with ggml's standard ops
+    bool keep_snapshots = false;               // a verify pass: per-row KDA snapshots
+    std::vector<KdaSnapshots> snapshots;       // per KDA layer, with keep_snapshots
+    std::vector<ggml_tensor *> selections;     // trunk: per DSA layer, i32 [n_top_pool, n_rows] chosen pools
+};
+
+// Consecutive rows of the graph that the blocks without caches run over at once: parts of at most kGatherMaxRows
+// rows together (`few`), a longer part alone.
+struct RowGroup {
+    std::vector<GraphPart *> parts;
+    int64_t row0 = 0;    // its first row in the graph
+    int64_t n_rows = 0;
+    bool few = true;
+    int64_t n_out = 0;                       // output rows of its parts
+    std::optional<InputRowScale> row_scale;  // rows that select no key (without kpool_select_tail)
+    std::optional<InputArray> out_rows;      // i32 [n_out]: the output rows, when they are not its rows or last row
+
+    // The group's output rows of x [n_embd, n_rows]: x itself or its last row when that is what its one part
+    // outputs, else the rows out_rows lists (an input created here, filled by set_out_rows).
+    ggml_tensor * outputs(ggml_context * ctx, ggml_tensor * x);
+    void set_out_rows() const;
+};
+
+// The parts and groups of one graph, kept where the custom ops can point to them until the graph is dropped.
+struct GraphParts {
+    std::deque<GraphPart> parts;  // in row order
+    std::deque<RowGroup> groups;  // in row order
+
+    // Adds a part of n_rows rows on `cache` at its n_past (a part of at most few_max rows joins the few-row group
+    // when the part before it is in one; a longer one opens a group of its own).
+    GraphPart & add(const CacheView & cache, int64_t n_rows, int64_t n_out, int64_t few_max);
+    int64_t n_rows() const { return groups.empty() ? 0 : groups.back().row0 + groups.back().n_rows; }
+};
+
+// The rows [r0, r0 + n) of `t` along dimension `dim` (a view; contiguous when t is and dim is its outermost used
+// dimension).
+ggml_tensor * rows_view(ggml_context * ctx, ggml_tensor * t, int dim, int64_t r0, int64_t n);
+
+// The pieces joined along dimension `dim` in order (the one piece itself when there is one).
+ggml_tensor * concat_rows(ggml_context * ctx, const std::vector<ggml_tensor *> & pieces, int dim);
+
+}  // namespace glm5next

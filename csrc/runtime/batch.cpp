@@ -1,0 +1,129 @@
+#include "runtime/batch.h"
+
+#include <chrono>
+#include <stdexcept>
+
+namespace glm5next {
+
+namespace {
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+void Batch::start(Generator & gen, const std::vector<int32_t> & prompt, bool cache_prompt) {
+    gen.begin_prompt(prompt, cache_prompt);
+}
+
+void Batch::set(const std::vector<Generator *> & gens, const std::vector<int64_t> & max_tokens) {
+    if (gens.size() != max_tokens.size()) throw std::invalid_argument("a round needs one max_tokens per generator");
+    for (size_t i = 0; i < gens.size(); ++i) {
+        if (&gens[i]->sequence().engine() != &engine_) throw std::invalid_argument("a generator of another engine");
+        for (size_t j = 0; j < i; ++j) {
+            if (&gens[i]->sequence() == &gens[j]->sequence()) {
+                throw std::invalid_argument("two generators of one sequence in a round");
+            }
+        }
+    }
+    gens_ = gens;
+    max_tokens_ = max_tokens;
+    emitted_.assign(gens.size(), {});
+}
+
+void Batch::begin() {
+    for (size_t i = 0; i < gens_.size(); ++i) {
+        if (!gens_[i]->prompting()) gens_[i]->begin_round(max_tokens_[i]);
+    }
+    // the rows each generator has waiting, a ubatch per graph, then step 0 (a generator's parts in order)
+    while (true) {
+        std::vector<DraftPart> parts;
+        std::vector<Generator *> owners;
+        for (Generator * g : gens_) {
+            DraftPart part;
+            if (!g->prompting() && g->draft_part(part)) {
+                parts.push_back(part);
+                owners.push_back(g);
+            }
+        }
+        if (parts.empty()) return;
+        const auto t0 = std::chrono::steady_clock::now();
+        engine_.run_draft(parts);
+        const double ms = ms_since(t0);
+        for (size_t i = 0; i < parts.size(); ++i) owners[i]->draft_ran(parts[i], ms);
+    }
+}
+
+bool Batch::drafting() const {
+    for (const Generator * g : gens_) {
+        if (g->drafting_step()) return true;
+    }
+    return false;
+}
+
+void Batch::draft_step(const std::vector<const uint32_t *> & masks) {
+    if (masks.size() != gens_.size()) throw std::invalid_argument("draft_step needs one mask (or null) per generator");
+    std::vector<DraftPart> parts;
+    std::vector<Generator *> owners;
+    for (size_t i = 0; i < gens_.size(); ++i) {
+        Generator * g = gens_[i];
+        if (!g->drafting_step()) continue;
+        g->sample_draft(masks[i]);
+        DraftPart part;
+        if (g->next_step_part(part)) {
+            parts.push_back(part);
+            owners.push_back(g);
+        }
+    }
+    if (parts.empty()) return;
+    const auto t0 = std::chrono::steady_clock::now();
+    engine_.run_draft(parts);
+    const double ms = ms_since(t0);
+    for (Generator * g : owners) g->step_ran(ms);
+}
+
+const std::vector<int32_t> & Batch::drafts(size_t i) const { return gens_.at(i)->draft_.tokens; }
+
+int64_t Batch::verify_rows(size_t i) const {
+    const Generator * g = gens_.at(i);
+    return g->prompting() ? 1 : (int64_t) g->draft_.tokens.size() + 1;
+}
+
+void Batch::verify(const std::vector<const uint32_t *> & masks) {
+    if (masks.size() != gens_.size()) throw std::invalid_argument("verify needs one mask (or null) per generator");
+    std::vector<TrunkPart> parts;
+    std::vector<size_t> owners;
+    for (size_t i = 0; i < gens_.size(); ++i) {
+        Generator * g = gens_[i];
+        TrunkPart part;
+        if (g->prompting()) {
+            if (!g->prompt_part(part)) continue;  // nothing left to evaluate: its first token comes below
+        } else {
+            part = g->verify_part((int64_t) g->draft_.tokens.size());
+        }
+        parts.push_back(part);
+        owners.push_back(i);
+    }
+    double ms = 0.0;
+    if (!parts.empty()) {
+        const auto t0 = std::chrono::steady_clock::now();
+        engine_.run_trunk(parts);
+        ms = ms_since(t0);
+    }
+    const bool alone = gens_.size() == 1;
+    size_t next = 0;
+    for (size_t i = 0; i < gens_.size(); ++i) {
+        Generator * g = gens_[i];
+        const bool ran = next < owners.size() && owners[next] == i;
+        if (ran) ++next;
+        if (g->prompting()) {
+            if (ran) g->prompt_ran(ms);
+            if (g->prompt_left() == 0) emitted_[i] = {g->finish_prompt(masks[i])};
+            continue;
+        }
+        emitted_[i] = g->verify_ran(masks[i], ms, alone);
+    }
+}
+
+}  // namespace glm5next
