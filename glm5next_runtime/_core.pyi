@@ -426,9 +426,9 @@ class Batch:
         """
         The tokens generator i emitted in the round (after verify; none while its prompt goes on).
         """
-    def set(self, generators: collections.abc.Sequence[Generator], max_tokens: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex]) -> None:
+    def set(self, generators: collections.abc.Sequence[Generator], max_tokens: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], policy: ... = None) -> None:
         """
-        The generators of the next round (each on its own sequence of this engine) and the tokens each one's caller may still use. Raises ValueError for a generator of another engine, two on one sequence, or lists of different lengths.
+        The generators of the next round (each on its own sequence of this engine) and the tokens each one's caller may still use. policy: the batch's DraftLengthPolicy (None: each generator's own): with two or more decoding generators whose lengths adapt it chooses one length for all of them from the batch's costs and their acceptance. Raises ValueError for a generator of another engine, two on one sequence, or lists of different lengths.
         """
     def verify(self, masks: collections.abc.Sequence[typing.Any] = []) -> None:
         """

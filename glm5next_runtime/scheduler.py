@@ -7,7 +7,8 @@ Models Model.another_sequence made) are submitted from any thread; one thread ru
                 prompts up to a budget of n_batch prompt rows (the first always), so that a long prompt delays the
                 others' next token by one ubatch at most;
     run         one round for all of them (_core.Batch): the draft head's steps in shared graphs, one trunk graph of
-                every decode row, verify pass and prompt ubatch; grammars give their masks between the phases;
+                every decode row, verify pass and prompt ubatch; grammars give their masks between the phases; the
+                draft lengths of generations that adapt them are chosen for the batch by one policy (batch_policy);
     postprocess each generation's emitted tokens become text pieces (generate.Decoding), sent to its stream.
 
 A generation's tokens, drafts and accepted drafts are those it gets alone (Generation.run): a row's results do not
@@ -118,6 +119,9 @@ class Scheduler:
         self._thread: threading.Thread | None = None
         self.steps = 0  # steps run (rounds of one or more generations)
         self.rows_per_step: list[int] = []  # per step: the generations in it (the latest 256 steps)
+        # the draft length policies of batched rounds, by (n_max, n_min): what drafting costs a batch and how much of
+        # it is accepted, learned over the scheduler's life (a generation's own policy prices its rounds alone)
+        self._batch_policies: dict[tuple[int, int], _core.DraftLengthPolicy] = {}
 
     def start(self) -> Scheduler:
         """Start the scheduler's thread (a daemon: it does not keep the process alive). Returns self."""
@@ -205,7 +209,8 @@ class Scheduler:
     def _step(self, handles: list[ScheduledGeneration]) -> None:
         batch = _core.Batch(handles[0].job.engine)
         try:
-            batch.set([h.job.generator for h in handles], [max(h.job.decoding.budget, 1) for h in handles])
+            batch.set([h.job.generator for h in handles], [max(h.job.decoding.budget, 1) for h in handles],
+                      self.batch_policy(handles))
             batch.begin()
             self._draft(batch, handles)
             batch.verify([self._verify_masks(h) for h in handles])
@@ -220,6 +225,18 @@ class Scheduler:
             emitted = batch.emitted(i)
             if emitted:
                 self._postprocess(handle, emitted)
+
+    def batch_policy(self, handles: list[ScheduledGeneration]) -> _core.DraftLengthPolicy | None:
+        """The policy that chooses the draft lengths of a batched round (_core.Batch.set): the one of the first
+        generation whose lengths adapt (its n_max and n_min), made on first use and kept."""
+        for handle in handles:
+            own = handle.job.generator.policy
+            if own is not None:
+                key = (own.n_max, own.n_min)
+                if key not in self._batch_policies:
+                    self._batch_policies[key] = _core.DraftLengthPolicy(*key)
+                return self._batch_policies[key]
+        return None
 
     def _draft(self, batch: _core.Batch, handles: list[ScheduledGeneration]) -> None:
         """The draft steps, each generation under its grammar's mask after its drafts so far."""

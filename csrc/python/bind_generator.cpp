@@ -203,13 +203,14 @@ verify(masks); emitted(i). A generator's tokens and drafts are those it gives al
                     "that include the generator evaluate it, a ubatch per round; the round of its last ubatch emits its "
                     "first token. Raises ValueError for an empty prompt, an id outside the vocabulary or a prompt "
                     "longer than the context.")
-        .def("set", [](Batch & b, const std::vector<Generator *> & gens, const std::vector<int64_t> & max_tokens) {
-                 b.set(gens, max_tokens);
-             },
-             py::arg("generators"), py::arg("max_tokens"), py::keep_alive<1, 2>(),
+        .def("set", [](Batch & b, const std::vector<Generator *> & gens, const std::vector<int64_t> & max_tokens,
+                       std::shared_ptr<DraftLengthPolicy> policy) { b.set(gens, max_tokens, std::move(policy)); },
+             py::arg("generators"), py::arg("max_tokens"), py::arg("policy") = nullptr, py::keep_alive<1, 2>(),
              "The generators of the next round (each on its own sequence of this engine) and the tokens each one's "
-             "caller may still use. Raises ValueError for a generator of another engine, two on one sequence, or "
-             "lists of different lengths.")
+             "caller may still use. policy: the batch's DraftLengthPolicy (None: each generator's own): with two or "
+             "more decoding generators whose lengths adapt it chooses one length for all of them from the batch's "
+             "costs and their acceptance. Raises ValueError for a generator of another engine, two on one sequence, "
+             "or lists of different lengths.")
         .def("begin", &Batch::begin, py::call_guard<py::gil_scoped_release>(),
              "Phase 1: drafts chosen, waiting draft-head rows written and step 0 run, for every generator at once. "
              "Raises ValueError as Generator.begin_draft.")

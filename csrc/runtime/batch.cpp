@@ -17,7 +17,8 @@ void Batch::start(Generator & gen, const std::vector<int32_t> & prompt, bool cac
     gen.begin_prompt(prompt, cache_prompt);
 }
 
-void Batch::set(const std::vector<Generator *> & gens, const std::vector<int64_t> & max_tokens) {
+void Batch::set(const std::vector<Generator *> & gens, const std::vector<int64_t> & max_tokens,
+                std::shared_ptr<DraftLengthPolicy> policy) {
     if (gens.size() != max_tokens.size()) throw std::invalid_argument("a round needs one max_tokens per generator");
     for (size_t i = 0; i < gens.size(); ++i) {
         if (&gens[i]->sequence().engine() != &engine_) throw std::invalid_argument("a generator of another engine");
@@ -30,11 +31,22 @@ void Batch::set(const std::vector<Generator *> & gens, const std::vector<int64_t
     gens_ = gens;
     max_tokens_ = max_tokens;
     emitted_.assign(gens.size(), {});
+    policy_ = std::move(policy);
 }
 
 void Batch::begin() {
+    int adapting = 0;  // decoding generators whose lengths adapt
+    for (const Generator * g : gens_) adapting += !g->prompting() && g->policy_ && g->drafting();
+    policy_chose_ = policy_ && adapting >= 2;
+    int drafts = -1;
+    if (policy_chose_ && !policy_->can_pay()) {
+        policy_->observe_dormant();
+        drafts = 0;
+    } else if (policy_chose_) {
+        drafts = policy_->choose(policy_->n_max());
+    }
     for (size_t i = 0; i < gens_.size(); ++i) {
-        if (!gens_[i]->prompting()) gens_[i]->begin_round(max_tokens_[i]);
+        if (!gens_[i]->prompting()) gens_[i]->begin_round(max_tokens_[i], drafts);
     }
     // the rows each generator has waiting, a ubatch per graph, then step 0 (a generator's parts in order)
     while (true) {
@@ -111,7 +123,10 @@ void Batch::verify(const std::vector<const uint32_t *> & masks) {
         engine_.run_trunk(parts);
         ms = ms_since(t0);
     }
-    const bool alone = gens_.size() == 1;
+    // the round's times are its costs for the draft length policies (the batch's costs: a verify row costs what it
+    // adds to the batch's pass), unless a prompt ubatch shared the pass
+    bool prompt_rows = false;
+    for (size_t i : owners) prompt_rows = prompt_rows || gens_[i]->prompting();
     size_t next = 0;
     for (size_t i = 0; i < gens_.size(); ++i) {
         Generator * g = gens_[i];
@@ -122,7 +137,15 @@ void Batch::verify(const std::vector<const uint32_t *> & masks) {
             if (g->prompt_left() == 0) emitted_[i] = {g->finish_prompt(masks[i])};
             continue;
         }
-        emitted_[i] = g->verify_ran(masks[i], ms, alone);
+        emitted_[i] = g->verify_ran(masks[i], ms, !prompt_rows, gens_.size() > 1);
+    }
+    if (!policy_chose_) return;
+    bool first = true;  // the round's costs once, every generator's acceptance
+    for (size_t i = 0; i < gens_.size(); ++i) {
+        if (gens_[i]->batch_chose_ && !emitted_[i].empty()) {
+            gens_[i]->tell(*policy_, first);
+            first = false;
+        }
     }
 }
 

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "runtime/speculative.h"
@@ -29,8 +30,13 @@ public:
     static void start(Generator & gen, const std::vector<int32_t> & prompt, bool cache_prompt);
 
     // The generators of the next round (each at most once, on sequences of this engine), with the tokens each one's
-    // caller may still use (Generator::step's max_tokens). Clears the last round's.
-    void set(const std::vector<Generator *> & gens, const std::vector<int64_t> & max_tokens);
+    // caller may still use (Generator::step's max_tokens). Clears the last round's. `policy`: the draft length
+    // policy of the batch's rounds (or null): with two or more decoding generators whose lengths adapt, it chooses
+    // one length for all of them from the batch's measured costs and their acceptance (their own policies, which
+    // price rounds alone, are neither asked nor told: each sequence alone would find that its drafts add little
+    // to a batch whose others draft anyway, and every one would keep drafting where none should).
+    void set(const std::vector<Generator *> & gens, const std::vector<int64_t> & max_tokens,
+             std::shared_ptr<DraftLengthPolicy> policy = nullptr);
 
     // The phases (above). Each throws as the Generator phase it runs (a full context, say), before any graph runs.
     void begin();
@@ -55,6 +61,8 @@ private:
     std::vector<Generator *> gens_;
     std::vector<int64_t> max_tokens_;
     std::vector<std::vector<int32_t>> emitted_;
+    std::shared_ptr<DraftLengthPolicy> policy_;
+    bool policy_chose_ = false;  // this round's lengths are policy_'s
 };
 
 }  // namespace glm5next

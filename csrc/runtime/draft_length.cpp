@@ -191,10 +191,7 @@ void DraftLengthPolicy::observe(int n_drafted, int n_accepted, int verify_rows, 
     const bool news = accepted_probe && acceptance(1) < kNewsBelow;
     const double decay = news ? 0.5 : tried > 0 ? std::exp2(-1.0 / kHalfLife) : 1.0;
     for (int i = 0; i < n_max_; ++i) tried_[i] *= decay, kept_[i] *= decay;
-    for (int j = 1; j <= tried && j - 1 <= n_accepted; ++j) {  // draft j was judged: drafts before it kept
-        tried_[j - 1] += 1.0;
-        if (n_accepted >= j) kept_[j - 1] += 1.0;
-    }
+    observe_acceptance(n_drafted, n_accepted, n_chosen);
     if (verify_ms >= 0) observe_costs(n_drafted, verify_rows, pending_rows, first_ms, next_ms, verify_ms, between_ms);
     drafted_last_ = n_drafted > 0;
     if (probing_) {  // what the probe told, with its timings
@@ -207,6 +204,14 @@ void DraftLengthPolicy::observe(int n_drafted, int n_accepted, int verify_rows, 
         } else if (!accepted_probe) {
             probe_interval_ = std::min(2 * probe_interval_, kProbeMost);  // rejected: the next probe waits longer
         }  // accepted as expected, drafting still not paying: the same interval
+    }
+}
+
+void DraftLengthPolicy::observe_acceptance(int n_drafted, int n_accepted, int n_chosen) {
+    const int tried = std::clamp(std::max(std::clamp(n_drafted, 0, n_max_), n_chosen), 0, n_max_);
+    for (int j = 1; j <= tried && j - 1 <= n_accepted; ++j) {  // draft j was judged: drafts before it kept
+        tried_[j - 1] += 1.0;
+        if (n_accepted >= j) kept_[j - 1] += 1.0;
     }
 }
 

@@ -49,6 +49,10 @@ public:
     // accepted ones counts as rejected, or a round that drafts nothing would teach nothing and be chosen forever.
     void observe(int n_drafted, int n_accepted, int verify_rows, int64_t pending_rows, double first_ms,
                  double next_ms, double verify_ms, double between_ms = -1.0, int n_chosen = -1);
+    // Another sequence's outcome in the round the last observe told (a batch's rounds: observe with the round's costs
+    // and one sequence's outcome, then this for each other sequence in it): its drafts judged (up to the first
+    // rejected) and accepted count, nothing else.
+    void observe_acceptance(int n_drafted, int n_accepted, int n_chosen = -1);
     // Draft-head rows written without drafting (rows deferred by rounds that chose 0), n_rows of them in ms.
     void observe_rows(int64_t n_rows, double ms);
 

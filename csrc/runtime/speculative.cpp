@@ -133,7 +133,7 @@ std::vector<int32_t> Generator::verify(int64_t n_keep, const uint32_t * masks) {
     const TrunkPart part = verify_part(n_keep);
     const auto t0 = std::chrono::steady_clock::now();
     engine_.run_trunk({part});
-    return verify_ran(masks, ms_since(t0), true);
+    return verify_ran(masks, ms_since(t0), true, false);
 }
 
 // ---- the phases ----
@@ -238,7 +238,7 @@ const float * Generator::constrained(const float * raw, int64_t n_rows, const ui
     return constrained_.data();
 }
 
-int64_t Generator::begin_round(int64_t max_tokens) {
+int64_t Generator::begin_round(int64_t max_tokens, int batch_drafts) {
     if (room() <= 0) {
         throw std::invalid_argument(started_ ? "the context is full" : "draft() before start()");
     }
@@ -264,7 +264,12 @@ int64_t Generator::begin_round(int64_t max_tokens) {
         pending_x_.push_back(next_);
         // no draft past the context or past what the request may still produce (the round emits drafts + 1)
         draft_limit_ = std::min<int64_t>({spec_.n_max, room() - 1, std::max<int64_t>(0, max_tokens - 1)});
-        if (policy_) draft_limit_ = policy_->choose((int) draft_limit_);
+        batch_chose_ = policy_ && batch_drafts >= 0;  // a batch's policy chose for every sequence in it
+        if (batch_chose_) {
+            draft_limit_ = std::min<int64_t>(draft_limit_, batch_drafts);
+        } else if (policy_) {
+            draft_limit_ = policy_->choose((int) draft_limit_);
+        }
         if ((int64_t) draft_.q.size() < draft_limit_) draft_.q.resize(draft_limit_);
         // no drafts: the row waits, unless enough wait already (a batch of rows costs far less per row than one row)
         deferred_flush_ = draft_limit_ == 0 && (int64_t) pending_x_.size() - flush_rows_ >= kDeferredRows;
@@ -385,7 +390,7 @@ TrunkPart Generator::verify_part(int64_t n_keep) {
     return TrunkPart{&seq_, verify_tokens_.data(), n, true, true, &verify_out_, 0};
 }
 
-std::vector<int32_t> Generator::verify_ran(const uint32_t * masks, double ms, bool alone) {
+std::vector<int32_t> Generator::verify_ran(const uint32_t * masks, double ms, bool timed, bool batched) {
     const auto t0 = std::chrono::steady_clock::now();
     const int64_t n_keep = (int64_t) verify_tokens_.size() - 1, P = round_pos_;
     const std::vector<int32_t> emitted = accept(constrained(verify_out_.logits.data(), n_keep + 1, masks), n_keep);
@@ -401,7 +406,7 @@ std::vector<int32_t> Generator::verify_ran(const uint32_t * masks, double ms, bo
     }
 
     count(emitted);
-    observe_round(n_keep, emitted, verify_ms, alone);
+    observe_round(n_keep, emitted, verify_ms, timed, batched);
     carry(emitted, P);
     round_end_ = std::chrono::steady_clock::now();
     return emitted;
@@ -451,13 +456,26 @@ void Generator::count(const std::vector<int32_t> & emitted) {
     for (int64_t i = 0; i < n_acc; ++i) ++stats_.accepted_at[i];
 }
 
-void Generator::observe_round(int64_t n_keep, const std::vector<int32_t> & emitted, double verify_ms, bool alone) {
-    if (!policy_ || !drafting()) return;
+void Generator::observe_round(int64_t n_keep, const std::vector<int32_t> & emitted, double verify_ms, bool timed,
+                              bool batched) {
     const int n_drafted = (int) draft_.tokens.size();
-    // the round built a graph (a one-time cost), or its graphs held other sequences' rows: not a sample of its cost
-    const bool cold = !alone || engine_.n_graphs_built() != round_builds_;
-    policy_->observe(n_drafted, n_drafted ? (int) emitted.size() - 1 : 0, (int) n_keep + 1, began_rows_, first_ms_,
-                     next_ms_, cold ? -1.0 : verify_ms, between_ms_, (int) draft_limit_);
+    // Not a sample of the round's cost: its pass carried a prompt ubatch, or, alone, it built a graph (a one-time
+    // cost: alone, a shape once built is kept). Batched, the graphs' shapes follow every sequence's drafts and are
+    // built again as they change: a recurring cost of drafting there, counted.
+    const bool cold = !timed || (!batched && engine_.n_graphs_built() != round_builds_);
+    outcome_ = RoundOutcome{n_drafted, n_drafted ? (int) emitted.size() - 1 : 0, (int) n_keep + 1, began_rows_,
+                            first_ms_, next_ms_, cold ? -1.0 : verify_ms, between_ms_, (int) draft_limit_};
+    if (policy_ && drafting() && !batch_chose_) tell(*policy_, true);  // (a batch's policy is told by the batch)
+}
+
+void Generator::tell(DraftLengthPolicy & policy, bool costs) const {
+    const RoundOutcome & o = outcome_;
+    if (!costs) {
+        policy.observe_acceptance(o.n_drafted, o.n_accepted, o.n_chosen);
+        return;
+    }
+    policy.observe(o.n_drafted, o.n_accepted, o.verify_rows, o.pending_rows, o.first_ms, o.next_ms, o.verify_ms,
+                   o.between_ms, o.n_chosen);
 }
 
 void Generator::carry(const std::vector<int32_t> & emitted, int64_t P) {

@@ -153,14 +153,16 @@ private:
     // sample_draft draws the current step's draft (draft_next's meaning) and, when drafting goes on, next_step_part
     // gives the step after it; verify_part gives the verify pass of the first n_keep drafts, verify_ran follows it
     // and returns the emitted tokens.
-    int64_t begin_round(int64_t max_tokens);
+    // batch_drafts >= 0: the drafts a batch's policy chose for this round (an adaptive generator's own policy neither
+    // chooses nor is told then).
+    int64_t begin_round(int64_t max_tokens, int batch_drafts = -1);
     bool draft_part(DraftPart & part);
     void draft_ran(const DraftPart & part, double ms);
     int32_t sample_draft(const uint32_t * mask);
     bool next_step_part(DraftPart & part);
     void step_ran(double ms);
     TrunkPart verify_part(int64_t n_keep);
-    std::vector<int32_t> verify_ran(const uint32_t * masks, double ms, bool alone);
+    std::vector<int32_t> verify_ran(const uint32_t * masks, double ms, bool timed, bool batched);
     // Whether this round's drafting is at a step whose draft is not drawn yet.
     bool drafting_step() const { return drafted_ && chain_began_ && awaiting_sample_; }
 
@@ -179,9 +181,13 @@ private:
     void write_pending_rows();
     // The round's counters (stats_), once `emitted` is committed.
     void count(const std::vector<int32_t> & emitted);
-    // The round's outcome and timings, for the draft length policy (n_keep drafts verified, verify_ms; `alone`:
-    // the round's graphs held this sequence only, so its times are its costs).
-    void observe_round(int64_t n_keep, const std::vector<int32_t> & emitted, double verify_ms, bool alone);
+    // The round's outcome and timings, for the draft length policy (n_keep drafts verified, verify_ms; `timed`: its
+    // times are its costs, the batch's when it ran with other sequences (`batched`): what drafting costs there).
+    void observe_round(int64_t n_keep, const std::vector<int32_t> & emitted, double verify_ms, bool timed,
+                       bool batched);
+    // The last round's outcome told to `policy`: with `costs` as DraftLengthPolicy::observe (the round's timings too),
+    // else its acceptance only (observe_acceptance).
+    void tell(DraftLengthPolicy & policy, bool costs) const;
     // What the next round starts from: the draft-head rows it writes (the kept rows' trunk states, from trunk row
     // P), the last hidden state and the token to evaluate next.
     void carry(const std::vector<int32_t> & emitted, int64_t P);
@@ -210,6 +216,14 @@ private:
     int64_t round_builds_ = 0;         // the engine's graphs built by then
     int64_t draft_limit_ = 0;          // the most drafts of this round
     bool draft_stopped_ = false;       // p_min stopped this round's drafting
+    bool batch_chose_ = false;         // this round's drafts were a batch policy's choice (begin_round)
+    // The last round's outcome as DraftLengthPolicy::observe takes it (verify_ms < 0: not a sample of its costs).
+    struct RoundOutcome {
+        int n_drafted = 0, n_accepted = 0, verify_rows = 0;
+        int64_t pending_rows = 0;
+        double first_ms = 0, next_ms = 0, verify_ms = -1, between_ms = -1;
+        int n_chosen = -1;
+    } outcome_;
     const DraftOutput * chain_out_ = nullptr;  // the draft chain's current step
     int32_t next_draft_ = -1;                  // the draft the next step runs on (next_step_part)
     // Draft-head rows not yet written: (trunk post-norm hidden [n_embd], next token) from position pending_pos_.

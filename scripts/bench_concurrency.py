@@ -1,0 +1,127 @@
+"""N concurrent clients on -np N (issue 24's measure): glm5next-server against llama-server, same file, same threads,
+in one run. Each client sends a distinct prompt (~500 characters of this repository's code) and asks for 128 greedy
+tokens with ignore_eos; a run's aggregate is all clients' generated tokens over the wall time from the first request
+to the last response. Every server is started fresh per row, warmed up by one request per slot, and the rows
+alternate server by server so that the machine's drift (2-3x over seconds on a shared machine) hits both.
+
+    .venv/bin/python scripts/bench_concurrency.py -m FILE.gguf --llama-server PATH/llama-server [-np 1,2,4,8] [-t 2]
+        [-n 128] [--runs 3] [--spec none,draft-mtp]
+
+llama-server: built from the sources llama-cpp-python 0.3.36 vendors (vendor/llama.cpp in its sdist; cmake
+--target llama-server). Without --llama-server only glm5next-server's rows are measured. The file must be converted
+with --arch glm5-next for llama-server to load it.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SOURCES = sorted((ROOT / "glm5next_runtime").rglob("*.py"))
+
+
+def prompts(n: int, chars: int) -> list[str]:
+    """n distinct prompts of about `chars` characters (the openings of this repository's Python files)."""
+    texts = [p.read_text()[:chars] for p in SOURCES if len(p.read_text()) >= chars]
+    if len(texts) < n:
+        raise SystemExit(f"only {len(texts)} source files of {chars} characters for {n} clients")
+    return texts[:n]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start(argv: list[str], port: int) -> subprocess.Popen:
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"{argv[0]} exited ({proc.returncode}): {' '.join(argv)}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+                if r.status == 200:
+                    return proc
+        except OSError:
+            time.sleep(0.2)
+    proc.kill()
+    raise SystemExit(f"{argv[0]} did not come up on port {port}")
+
+
+def complete(port: int, prompt: str, n_gen: int) -> dict:
+    body = json.dumps({"prompt": prompt, "n_predict": n_gen, "temperature": 0, "ignore_eos": True,
+                       "cache_prompt": False}).encode()
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/completion", body, {"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=600) as r:
+        return json.loads(r.read())
+
+
+def clients(port: int, texts: list[str], n_gen: int) -> tuple[float, list[dict]]:
+    """All texts at once, one client thread each: (aggregate generated tokens per second, the responses)."""
+    with ThreadPoolExecutor(len(texts)) as pool:
+        t0 = time.perf_counter()
+        out = list(pool.map(lambda t: complete(port, t, n_gen), texts))
+        wall = time.perf_counter() - t0
+    return sum(r["tokens_predicted"] for r in out) / wall, out
+
+
+def server_argv(kind: str, args: argparse.Namespace, n: int, port: int) -> list[str]:
+    common = ["-m", str(args.model), "-np", str(n), "-t", str(args.threads), "-c", str(args.ctx * n),
+              "--port", str(port), "--host", "127.0.0.1"]
+    if kind == "llama-server":
+        return [str(args.llama_server), *common, "-b", "512", "-ub", "512"]
+    spec = kind.split(":", 1)[1]
+    extra = ["--spec-type", spec] + (["--spec-draft-adaptive", "on"] if spec != "none" else [])
+    return [str(ROOT / ".venv" / "bin" / "glm5next-server"), *common, *extra]
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("-m", "--model", type=Path, required=True)
+    p.add_argument("--llama-server", type=Path)
+    p.add_argument("-np", default="1,2,4,8", help="client counts (default 1,2,4,8)")
+    p.add_argument("-t", "--threads", type=int, default=2)
+    p.add_argument("-n", "--n-gen", type=int, default=128)
+    p.add_argument("-c", "--ctx", type=int, default=2048, help="context per slot (default 2048)")
+    p.add_argument("--chars", type=int, default=500, help="prompt characters (default 500)")
+    p.add_argument("--runs", type=int, default=3, help="runs per row (median; default 3)")
+    p.add_argument("--spec", default="none,draft-mtp", help="glm5next-server's --spec-type values (default both)")
+    args = p.parse_args()
+    kinds = [f"glm5next:{s}" for s in args.spec.split(",")] + (["llama-server"] if args.llama_server else [])
+    table: dict[tuple[str, int], float] = {}
+    for n in [int(x) for x in args.np.split(",")]:
+        texts = prompts(n, args.chars)
+        for kind in kinds:
+            port = free_port()
+            proc = start(server_argv(kind, args, n, port), port)
+            try:
+                clients(port, texts, 8)  # warm-up: every slot once
+                runs = [clients(port, texts, args.n_gen)[0] for _ in range(args.runs)]
+            finally:
+                proc.terminate()
+                proc.wait(30)
+            table[kind, n] = statistics.median(runs)
+            print(f"-np {n} {kind:18s} {table[kind, n]:8.1f} tok/s  runs {[round(r, 1) for r in runs]}", flush=True)
+    ns = sorted({n for _, n in table})
+    print("\n| clients | " + " | ".join(kinds) + (" | ours / llama-server |" if args.llama_server else " |"))
+    print("|---:|" + "---:|" * (len(kinds) + (1 if args.llama_server else 0)))
+    for n in ns:
+        cells = [f"{table[k, n]:.1f}" for k in kinds]
+        if args.llama_server:
+            best = max(table[k, n] for k in kinds if k != "llama-server")
+            cells.append(f"{best / table['llama-server', n]:.2f}x")
+        print(f"| {n} | " + " | ".join(cells) + " |")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
