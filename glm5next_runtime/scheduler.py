@@ -223,8 +223,14 @@ class Scheduler:
         self.rows_per_step = [*self.rows_per_step[-255:], len(handles)]
         for i, handle in enumerate(handles):
             emitted = batch.emitted(i)
-            if emitted:
+            if not emitted:
+                continue
+            try:
                 self._postprocess(handle, emitted)
+            except Exception as e:  # noqa: BLE001 - one generation's failure (its grammar, say) ends it alone
+                if handle in self._running:
+                    self._running.remove(handle)
+                handle.end(e)
 
     def batch_policy(self, handles: list[ScheduledGeneration]) -> _core.DraftLengthPolicy | None:
         """The policy that chooses the draft lengths of a batched round (_core.Batch.set): the one of the first

@@ -9,7 +9,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from glm5next_runtime import Model
-from glm5next_runtime.generate import GenerationStream
+from glm5next_runtime.generate import Decoding
 from glm5next_runtime.server.app import create_app
 from glm5next_runtime.server.config import ServerConfig
 from glm5next_runtime.server.errors import INTERNAL
@@ -30,7 +30,7 @@ def explode(*_args, **_kwargs):
 
 
 def test_a_500_shows_a_generic_message(model, monkeypatch):
-    monkeypatch.setattr(model, "generate", explode)
+    monkeypatch.setattr(model, "generation", explode)
     app = create_app(SlotPool([model]), ServerConfig(model_name="m"))
     with TestClient(app, raise_server_exceptions=False) as client:
         response = client.post("/v1/completions", json={"prompt": "Hello"})
@@ -40,12 +40,25 @@ def test_a_500_shows_a_generic_message(model, monkeypatch):
     assert "0x" not in response.text and "_core" not in response.text
 
 
-def test_a_stream_that_fails_ends_with_a_generic_error_event(model, monkeypatch, caplog):
-    def pieces():
-        yield "first"
-        explode()
+class FailingDecoding(Decoding):
+    """Shows "first", then fails (in the scheduler's thread, where the generation's tokens become text)."""
 
-    monkeypatch.setattr(model, "generate", lambda *a, **k: GenerationStream(pieces()))
+    def feed(self, emitted, probs):
+        if self.tokens:
+            explode()
+        self.tokens.extend(emitted)
+        yield "first"
+
+
+def test_a_stream_that_fails_ends_with_a_generic_error_event(model, monkeypatch, caplog):
+    real = model.generation
+
+    def failing(ids, **kwargs):
+        job = real(ids, **kwargs)
+        job.decoding = FailingDecoding(model.tokenizer, model.n_ctx, len(ids), 100, [])
+        return job
+
+    monkeypatch.setattr(model, "generation", failing)
     app = create_app(SlotPool([model]), ServerConfig(model_name="m"))
     with TestClient(app, raise_server_exceptions=False) as client:
         response = client.post("/v1/completions", json={"prompt": "Hello", "stream": True})
