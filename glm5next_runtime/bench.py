@@ -31,7 +31,6 @@ the time ratio of a prompt's rounds without drafts and then with, run back to ba
 from __future__ import annotations
 
 import argparse
-import contextlib
 import csv
 import io
 import json
@@ -39,9 +38,8 @@ import math
 import os
 import statistics
 import sys
-import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -49,6 +47,7 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
+from .stderr_capture import captured_stderr
 from .tokenizer import NORMAL
 
 PROG = "glm5next-bench"
@@ -124,7 +123,7 @@ class LlamaCppRunner:
         from llama_cpp import Llama
         # llama.cpp logs warnings (e.g. about its V cache padding) straight to fd 2 even with verbose=False;
         # keep them out of the report, but show them if the load fails.
-        with _captured_stderr() as captured:
+        with captured_stderr() as captured:
             try:
                 self.llm = Llama(model_path=str(path), n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_batch,
                                  n_threads=n_threads, n_threads_batch=n_threads, verbose=False)
@@ -144,25 +143,6 @@ class LlamaCppRunner:
     def argmax(self) -> int:
         logits = np.ctypeslib.as_array(self.llm._ctx.get_logits(), shape=(self._n_vocab,))
         return int(np.argmax(logits))
-
-
-@contextlib.contextmanager
-def _captured_stderr() -> Iterator[Callable[[], str]]:
-    """Redirect file descriptor 2 (C code included) into a temporary file; yields a reader of what was written."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile() as tmp:
-        os.dup2(tmp.fileno(), 2)
-
-        def read() -> str:
-            tmp.flush()
-            tmp.seek(0)
-            return tmp.read().decode("utf-8", "replace")
-        try:
-            yield read
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
 
 
 # ---------------------------------------------------------------------------------------------------- rows
@@ -347,6 +327,11 @@ def _parser() -> argparse.ArgumentParser:
                    default=["auto"], help="index sharing of the draft steps, comma-separated (auto, on, off)")
     p.add_argument("--spec-draft-type", type=_choice_list("--spec-draft-type", ("auto", "q8_0", "q4_0")),
                    default=["auto"], help="draft layer types, comma-separated (auto = as stored, q8_0, q4_0)")
+    p.add_argument("-npl", type=_int_list("-npl", 1), default=[], metavar="B,...",
+                   help="llama-batched-bench's table instead: B sequences at once, each -npp prompt tokens then -ntg "
+                        "generated ones (bench_batched.py); with --llama-cpp, llama.cpp's on the same file")
+    p.add_argument("-npp", type=_positive("-npp"), default=128, help="-npl: prompt tokens per sequence (default 128)")
+    p.add_argument("-ntg", type=_positive("-ntg"), default=128, help="-npl: generated tokens per sequence (default 128)")
     p.add_argument("--spec-prompts", type=Path, nargs="+", default=[], metavar="FILE",
                    help="text files whose first D tokens (-d D) are the draft-MTP rows' prompts (default: random ids)")
     return p
@@ -734,6 +719,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as e:  # returned, not raised, so that main() is callable (exit 2 on bad flags, 0 on -h)
         return e.code if isinstance(e.code, int) else 2
     try:
+        if args.npl:
+            return _main_batched(args)
         report = run(args)
     except BenchError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
@@ -748,6 +735,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(render_md(report))
         if report["spec_rows"]:
             print("\n" + render_spec_md(report["spec_rows"], report["spec_accept"]))
+    return 0
+
+
+def _main_batched(args: argparse.Namespace) -> int:
+    """-npl: the batched table (bench_batched.py) in the chosen output format."""
+    from .bench_batched import render_batched_md, run_batched
+    if not args.model.is_file():
+        raise BenchError(f"model file not found: {args.model}")
+    try:
+        rows = run_batched(args.model, args.npl, args.npp, args.ntg, args.threads, args.batch_size, args.repetitions,
+                           args.spec_n_max, args.llama_cpp, args.seed, [_read_text(f) for f in args.spec_prompts])
+    except (ValueError, RuntimeError, OSError) as e:
+        raise BenchError(str(e)) from None
+    print(json.dumps(rows, indent=2) if args.output == "json" else render_batched_md(rows))
     return 0
 
 

@@ -9,7 +9,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from . import _core
-from .generate import Decoding, Generation, GenerationResult, GenerationStream, TokenLogprob, end_of_generation_ids
+from .generate import Decoding, Generation, GenerationResult, GenerationStream, end_of_generation_ids
 from .grammar import Grammar, constraint_for
 from .draft import DraftResult, draft, selected_positions
 from .placement import CPU, plan_placement

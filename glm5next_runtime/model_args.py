@@ -149,7 +149,9 @@ def describe_model(model: Model, args: argparse.Namespace) -> list[str]:
               f"compute {m['compute'] / 2**20:.1f} MiB" for m in model.memory()]
     ck = model.checkpoints()
     lines = [f"placement: {describe_placement(model.placement())}",
-             f"memory (weights once; caches and compute per slot): {'; '.join(memory)}",
+             f"memory (one engine: weights and compute buffers once, caches of every slot): {'; '.join(memory)}",
+             f"caches per slot: {model.sequence.cache_bytes / 2**20:.1f} MiB (n_ctx {model.n_ctx}: trunk and NextN "
+             "layer)",
              f"prompt cache: up to {ck['max_count']} context checkpoints per slot, {ck['bytes_each'] / 2**20:.2f} MiB "
              f"each (host memory)", f"speculation: {spec}"]
     if args.n_gpu_layers > 0 and not model.devices:

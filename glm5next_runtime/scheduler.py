@@ -21,7 +21,7 @@ import queue
 import threading
 import time
 from collections.abc import Generator as PyGenerator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from . import _core
 from .generate import Generation, GenerationResult, GenerationStream, TokenLogprob

@@ -1,8 +1,9 @@
 """N concurrent clients on -np N (issue 24's measure): glm5next-server against llama-server, same file, same threads,
 in one run. Each client sends a distinct prompt (~500 characters of this repository's code) and asks for 128 greedy
 tokens with ignore_eos; a run's aggregate is all clients' generated tokens over the wall time from the first request
-to the last response. Every server is started fresh per row, warmed up by one request per slot, and the rows
-alternate server by server so that the machine's drift (2-3x over seconds on a shared machine) hits both.
+to the last response. For each client count every server is started (-np N), warmed up by a request per slot, and
+their runs alternate server by server, so that the machine's drift (2-3x over minutes on a shared machine) hits all
+alike: each row reports the median of each server's runs and the median ratio of runs taken side by side.
 
     .venv/bin/python scripts/bench_concurrency.py -m FILE.gguf --llama-server PATH/llama-server [-np 1,2,4,8] [-t 2]
         [-n 128] [--runs 3] [--spec none,draft-mtp]
@@ -98,28 +99,36 @@ def main() -> None:
     p.add_argument("--spec", default="none,draft-mtp", help="glm5next-server's --spec-type values (default both)")
     args = p.parse_args()
     kinds = [f"glm5next:{s}" for s in args.spec.split(",")] + (["llama-server"] if args.llama_server else [])
-    table: dict[tuple[str, int], float] = {}
+    table: dict[tuple[str, int], list[float]] = {}
     for n in [int(x) for x in args.np.split(",")]:
         texts = prompts(n, args.chars)
-        for kind in kinds:
-            port = free_port()
-            proc = start(server_argv(kind, args, n, port), port)
-            try:
-                clients(port, texts, 8)  # warm-up: every slot once
-                runs = [clients(port, texts, args.n_gen)[0] for _ in range(args.runs)]
-            finally:
+        procs, ports = [], {}
+        try:
+            for kind in kinds:
+                ports[kind] = free_port()
+                procs.append(start(server_argv(kind, args, n, ports[kind]), ports[kind]))
+                clients(ports[kind], texts, 8)  # warm-up: every slot once
+            for _ in range(args.runs):
+                for kind in kinds:
+                    table.setdefault((kind, n), []).append(clients(ports[kind], texts, args.n_gen)[0])
+        finally:
+            for proc in procs:
                 proc.terminate()
                 proc.wait(30)
-            table[kind, n] = statistics.median(runs)
-            print(f"-np {n} {kind:18s} {table[kind, n]:8.1f} tok/s  runs {[round(r, 1) for r in runs]}", flush=True)
+        for kind in kinds:
+            runs = table[kind, n]
+            print(f"-np {n} {kind:18s} {statistics.median(runs):8.1f} tok/s  runs {[round(r, 1) for r in runs]}",
+                  flush=True)
     ns = sorted({n for _, n in table})
-    print("\n| clients | " + " | ".join(kinds) + (" | ours / llama-server |" if args.llama_server else " |"))
-    print("|---:|" + "---:|" * (len(kinds) + (1 if args.llama_server else 0)))
+    ours = [k for k in kinds if k != "llama-server"]
+    print("\n| clients | " + " | ".join(f"{k} tok/s" for k in kinds)
+          + "".join(f" | {k} / llama-server" for k in ours if args.llama_server) + " |")
+    print("|---:|" + "---:|" * (len(kinds) + (len(ours) if args.llama_server else 0)))
     for n in ns:
-        cells = [f"{table[k, n]:.1f}" for k in kinds]
+        cells = [f"{statistics.median(table[k, n]):.1f}" for k in kinds]
         if args.llama_server:
-            best = max(table[k, n] for k in kinds if k != "llama-server")
-            cells.append(f"{best / table['llama-server', n]:.2f}x")
+            base = table["llama-server", n]
+            cells += [f"{statistics.median(a / b for a, b in zip(table[k, n], base)):.2f}x" for k in ours]
         print(f"| {n} | " + " | ".join(cells) + " |")
 
 

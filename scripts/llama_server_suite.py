@@ -172,7 +172,7 @@ MODEL_FLAGS = {"--model", "-m", "--model-url", "--hf-repo", "--hf-file"}
 NO_MEANING = {  # flags whose effect is already what this server does, or that have nothing to act on here
     "--offline": "nothing is downloaded",
     "--model-draft": "the draft is the file's NextN layer (--spec-type draft-mtp)",
-    "--cont-batching": "llama-server's default; requests queue for the -np slots",
+    "--cont-batching": "llama-server's default, and the only way here: the -np slots' generations run batched",
     "--swa-full": "no sliding-window layers",
     "--no-ui": "there is no web UI",
 }

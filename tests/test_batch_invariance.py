@@ -28,7 +28,6 @@ def gguf(request, checkpoints):
 
 def decoded(model, prefix: list[int], rows: list[int]) -> np.ndarray:
     """Logits [len(rows), n_vocab] of `rows` after `prefix`, one decode token at a time."""
-    from glm5next_runtime import _core
     serial = new_sequence(model, 128, 64, 2)
     serial.eval(prefix)
     return np.concatenate([serial.eval([t], True)["logits"] for t in rows])

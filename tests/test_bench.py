@@ -256,3 +256,14 @@ def test_cpu_only_run_copies_nothing(capsys, tiny_q8):
 def test_placement_with_llama_cpp_is_refused(capsys, tiny_q8):
     rc, _, err = _run(capsys, ["-m", str(tiny_q8), *SMALL, "-ngl", "99", "--llama-cpp"])
     assert rc == 2 and "--llama-cpp runs llama-cpp-python on the CPU" in err
+
+
+def test_batched_table_has_a_row_per_engine_and_sequence_count(capsys, tiny_q8):
+    """-npl: llama-batched-bench's table, glm5next's rows (plain and each --spec-n-max) and llama.cpp's."""
+    rc, out, err = _run(capsys, ["-m", str(tiny_q8), "-npl", "1,3", "-npp", "12", "-ntg", "5", "-r", "1", "-t", "2",
+                                 "-b", "8", "--llama-cpp", "--spec-n-max", "2", "-o", "json"])
+    assert rc == 0, err
+    rows = json.loads(out)
+    assert [(r["engine"], r["b"]) for r in rows] == [(e, b) for b in (1, 3)
+                                                    for e in ("glm5next", "glm5next mtp2", "llama.cpp")]
+    assert all(r["pp"] == 12 and r["tg"] == 5 and r["s_pp"] > 0 and r["s_tg"] > 0 for r in rows)

@@ -60,7 +60,7 @@ def test_each_generation_batched_equals_its_run_alone(gguf, n_max, sampling):
         return models[i].generation(PROMPTS[i], **kwargs)
 
     want = [summary(job(i).run_to_end()) for i in range(len(PROMPTS))]
-    scheduler = Scheduler(N_BATCH).start()
+    scheduler = Scheduler(3 * N_BATCH).start()
     try:
         handles = {i: scheduler.submit(job(i)) for i in range(len(PROMPTS)) if i != LONG}
         next(handles[0].stream)  # decoding now: the long prompt comes in between their steps
@@ -88,7 +88,7 @@ def test_a_constrained_generation_batched_equals_its_run_alone(predictable_gguf)
                                     **constrained)
 
     want = [summary(job(i).run_to_end()) for i in range(2)]
-    scheduler = Scheduler(N_BATCH).start()
+    scheduler = Scheduler(3 * N_BATCH).start()
     try:
         handles = [scheduler.submit(job(i)) for i in range(2)]
         got = [summary(h.stream.finish()) for h in handles]
@@ -106,7 +106,7 @@ def test_a_cancelled_generation_leaves_and_the_others_go_on(predictable_gguf):
         return models[i].generation(PROMPTS[i], max_tokens=max_tokens, temperature=0, cache_prompt=False)
 
     want = summary(job(1, 80).run_to_end())
-    scheduler = Scheduler(N_BATCH).start()
+    scheduler = Scheduler(3 * N_BATCH).start()
     try:
         gone = scheduler.submit(job(0, 10_000))
         kept = scheduler.submit(job(1, 80))

@@ -141,40 +141,43 @@ ggml_tensor * BlockBuilder::moe(ggml_tensor * x, const LayerWeights & w, int il)
     return ggml_add(ctx, out, swiglu(x, w.gate_shexp, w.up_shexp, w.down_shexp, hp.swiglu_clamp_shexp[il]));
 }
 
-ggml_tensor * BlockBuilder::conv(ggml_tensor * xp, ggml_tensor * kernel, ggml_tensor * conv_cache, int part,
-                                 int64_t n_rows, ggml_tensor ** xt_out) const {
-    const int64_t inner = hp.kda_inner(), K = hp.ssm_conv_kernel;
-    ggml_tensor * window = ggml_view_2d(ctx, conv_cache, K - 1, inner, conv_cache->nb[1], part * inner * conv_cache->nb[1]);
-    ggml_tensor * xt = ggml_concat(ctx, window, ggml_transpose(ctx, xp), 0);  // [K-1+T, inner]
-    ggml_tensor * tail = ggml_view_2d(ctx, xt, K - 1, inner, xt->nb[1], n_rows * xt->nb[0]);
-    ggml_build_forward_expand(gf, ggml_cpy(ctx, tail, window));
+ggml_tensor * BlockBuilder::conv(ggml_tensor * xp, ggml_tensor * kernel, ggml_tensor * conv_cache, int64_t n_rows,
+                                 ggml_tensor ** xt_out) const {
+    const int64_t K = hp.ssm_conv_kernel, channels = conv_cache->ne[1];
+    ggml_tensor * xt = ggml_concat(ctx, conv_cache, ggml_transpose(ctx, xp), 0);  // [K-1+T, channels]
+    ggml_tensor * tail = ggml_view_2d(ctx, xt, K - 1, channels, xt->nb[1], n_rows * xt->nb[0]);
+    ggml_build_forward_expand(gf, ggml_cpy(ctx, tail, conv_cache));
     *xt_out = xt;
-    ggml_tensor * y = ggml_ssm_conv(ctx, ggml_reshape_3d(ctx, xt, K - 1 + n_rows, inner, 1), ggml_reshape_2d(ctx, kernel, K, inner));
-    return ggml_silu(ctx, ggml_reshape_2d(ctx, y, inner, n_rows));
+    ggml_tensor * y = ggml_ssm_conv(ctx, ggml_reshape_3d(ctx, xt, K - 1 + n_rows, channels, 1), kernel);
+    return ggml_silu(ctx, ggml_reshape_2d(ctx, y, channels, n_rows));
 }
 
 // KDA (model.md, KDA): gated delta rule per head, state in the cache. The projections run over the group's rows,
-// the conv windows and recurrent states per part.
+// the conv windows and recurrent states per part. q, k and v are convolved together (their windows sit side by side
+// in the conv cache, graph/layer_cache.h): one conv per part instead of three, the same arithmetic per channel.
 ggml_tensor * BlockBuilder::kda(ggml_tensor * x, const LayerWeights & w, uint32_t il) const {
-    const int64_t d = hp.kda_head_dim, nh = hp.n_head;
+    const int64_t d = hp.kda_head_dim, nh = hp.n_head, inner = hp.kda_inner(), K = hp.ssm_conv_kernel;
     // q and k are L2-normalized per head as x / sqrt(sum x^2 + 1e-6) == rms_norm(x, 1e-6/d) / sqrt(d)
     auto l2 = [&](ggml_tensor * t) { return ggml_scale(ctx, ggml_rms_norm(ctx, t, 1e-6f / d), 1.0f / std::sqrt((float) d)); };
-    ggml_tensor * proj[3] = {mm(w.wq, x), mm(w.wk, x), mm(w.wv, x)};  // [inner, T]
-    ggml_tensor * kernel[3] = {w.conv_q, w.conv_k, w.conv_v};
+    ggml_tensor * proj = ggml_concat(ctx, ggml_concat(ctx, mm(w.wq, x), mm(w.wk, x), 0), mm(w.wv, x), 0);  // [3*inner, T]
+    auto taps = [&](ggml_tensor * k) { return ggml_reshape_2d(ctx, k, K, inner); };
+    ggml_tensor * kernel = ggml_concat(ctx, ggml_concat(ctx, taps(w.conv_q), taps(w.conv_k), 1), taps(w.conv_v), 1);
     std::vector<KdaSnapshots> snaps(group->parts.size());
-    std::vector<ggml_tensor *> convolved[3];
+    std::vector<ggml_tensor *> convolved;
     for (size_t p = 0; p < group->parts.size(); ++p) {
         const GraphPart & part = *group->parts[p];
         const LayerCache & c = part.cache.layer(il);
         snaps[p].cache = &c;
-        for (int i = 0; i < 3; ++i) {
-            convolved[i].push_back(conv(rows_view(ctx, proj[i], 1, part.row0, part.n_rows), kernel[i], c.conv, i,
-                                        part.n_rows, &snaps[p].xt[i]));
-        }
+        convolved.push_back(conv(rows_view(ctx, proj, 1, part.row0, part.n_rows), kernel, c.conv, part.n_rows,
+                                 &snaps[p].xt));
     }
-    ggml_tensor * q = l2(ggml_reshape_4d(ctx, concat_rows(ctx, convolved[0], 1), d, nh, T, 1));
-    ggml_tensor * k = l2(ggml_reshape_4d(ctx, concat_rows(ctx, convolved[1], 1), d, nh, T, 1));
-    ggml_tensor * v = ggml_reshape_4d(ctx, concat_rows(ctx, convolved[2], 1), d, nh, T, 1);
+    ggml_tensor * qkv = concat_rows(ctx, convolved, 1);  // [3*inner, T]: q | k | v per row
+    auto part_of = [&](int i) {  // q, k or v as [d, nh, T, 1]
+        return ggml_view_4d(ctx, qkv, d, nh, T, 1, d * sizeof(float), qkv->nb[1], qkv->nb[1] * T, i * inner * sizeof(float));
+    };
+    ggml_tensor * q = l2(part_of(0));
+    ggml_tensor * k = l2(part_of(1));
+    ggml_tensor * v = ggml_cont(ctx, part_of(2));
 
     ggml_tensor * f = ggml_add(ctx, mm(w.ssm_f_b, mm(w.ssm_f_a, x)), w.ssm_dt_b);
     f = ggml_reshape_4d(ctx, f, d, nh, T, 1);
@@ -198,7 +201,8 @@ ggml_tensor * BlockBuilder::kda(ggml_tensor * x, const LayerWeights & w, uint32_
                                                     rows_view(ctx, beta, 2, r0, n), state, part.keep_snapshots ? n : 1);
         if (part.keep_snapshots) {
             snaps[p].packed = packed;
-            for (ggml_tensor * t : {packed, snaps[p].xt[0], snaps[p].xt[1], snaps[p].xt[2]}) ggml_set_output(t);
+            ggml_set_output(packed);
+            ggml_set_output(snaps[p].xt);
             part.snapshots.push_back(snaps[p]);
         }
         outs.push_back(ggml_view_3d(ctx, packed, d, nh, n, d * sizeof(float), d * nh * sizeof(float), 0));

@@ -39,7 +39,7 @@ struct CacheView {
 struct KdaSnapshots {
     const LayerCache * cache = nullptr;
     ggml_tensor * packed = nullptr;  // ggml_gated_delta_net output: outputs, then one state per row (slot s = s rows back)
-    ggml_tensor * xt[3] = {nullptr, nullptr, nullptr};  // q|k|v pre-conv rows [K-1+T, inner], the old window first
+    ggml_tensor * xt = nullptr;      // q|k|v pre-conv rows [K-1+T, 3*inner], the old window first
 };
 
 }  // namespace glm5next

@@ -230,11 +230,11 @@ bool is_host(const ggml_tensor * t) { return t->buffer != nullptr && ggml_backen
 }  // namespace
 
 // The state after row n_keep-1 is slot (n_rows - n_keep) of the packed states (slot s = s rows back from the
-// last), after the n_rows outputs; the conv window after it is pre-conv rows [n_keep, n_keep + K-1) of each part
-// (the old window first), one run of K-1 floats per channel. In host memory both are copied in place; on a
-// device they go through `staging_` with one read and one write per tensor (never one call per channel).
+// last), after the n_rows outputs; the conv window after it is pre-conv rows [n_keep, n_keep + K-1) (the old window
+// first), one run of K-1 floats per channel (q, k and v channels side by side). In host memory both are copied in
+// place; on a device they go through `staging_` with one read and one write per tensor (never one call per channel).
 void SeqCache::rollback_kda(const KdaSnapshots & s, int64_t n_rows, int64_t n_keep) {
-    const int64_t d = hp_.kda_head_dim, nh = hp_.n_head, inner = hp_.kda_inner(), K = hp_.ssm_conv_kernel;
+    const int64_t d = hp_.kda_head_dim, nh = hp_.n_head, K = hp_.ssm_conv_kernel;
     const size_t state_bytes = d * d * nh * sizeof(float);
     const size_t state_offset = (d * nh * n_rows + (n_rows - n_keep) * d * d * nh) * sizeof(float);
     ggml_tensor * state = s.cache->state, * conv = s.cache->conv;
@@ -245,26 +245,24 @@ void SeqCache::rollback_kda(const KdaSnapshots & s, int64_t n_rows, int64_t n_ke
         ggml_backend_tensor_get(s.packed, staging_.data(), state_offset, state_bytes);
         ggml_backend_tensor_set(state, staging_.data(), 0, state_bytes);
     }
-    for (int part = 0; part < 3; ++part) {
-        const ggml_tensor * xt = s.xt[part];
-        const size_t window_offset = part * inner * conv->nb[1];
-        if (is_host(xt) && is_host(conv)) {
-            for (int64_t ch = 0; ch < inner; ++ch) {
-                std::memcpy((char *) conv->data + window_offset + ch * conv->nb[1],
-                            (const char *) xt->data + ch * xt->nb[1] + n_keep * xt->nb[0], (K - 1) * sizeof(float));
-            }
-            continue;
+    const ggml_tensor * xt = s.xt;
+    const int64_t channels = conv->ne[1];
+    if (is_host(xt) && is_host(conv)) {
+        for (int64_t ch = 0; ch < channels; ++ch) {
+            std::memcpy((char *) conv->data + ch * conv->nb[1], (const char *) xt->data + ch * xt->nb[1] + n_keep * xt->nb[0],
+                        (K - 1) * sizeof(float));
         }
-        const int64_t row = xt->ne[0];  // K-1+T floats per channel
-        staging_.resize(row * inner + (K - 1) * inner);
-        float * all = staging_.data();
-        float * window = all + row * inner;
-        ggml_backend_tensor_get(xt, all, 0, row * inner * sizeof(float));
-        for (int64_t ch = 0; ch < inner; ++ch) {
-            std::memcpy(window + ch * (K - 1), all + ch * row + n_keep, (K - 1) * sizeof(float));
-        }
-        ggml_backend_tensor_set(conv, window, window_offset, (K - 1) * inner * sizeof(float));
+        return;
     }
+    const int64_t row = xt->ne[0];  // K-1+T floats per channel
+    staging_.resize(row * channels + (K - 1) * channels);
+    float * all = staging_.data();
+    float * window = all + row * channels;
+    ggml_backend_tensor_get(xt, all, 0, row * channels * sizeof(float));
+    for (int64_t ch = 0; ch < channels; ++ch) {
+        std::memcpy(window + ch * (K - 1), all + ch * row + n_keep, (K - 1) * sizeof(float));
+    }
+    ggml_backend_tensor_set(conv, window, 0, (K - 1) * channels * sizeof(float));
 }
 
 }  // namespace glm5next

@@ -95,7 +95,7 @@ class EventStream(StreamingResponse):
 def create_app(pool: SlotPool, config: ServerConfig) -> FastAPI:
     """The FastAPI app serving `pool` (slots on one engine: see the module docstring)."""
     stopping = Stopping(pool, config.grace_s)
-    scheduler = Scheduler(pool.models[0].n_batch).start()
+    scheduler = Scheduler(config.step_tokens or pool.models[0].n_batch).start()
 
     sleep = IdleSleep(pool.models, config.sleep_idle_s) if config.sleep_idle_s else None
 
@@ -314,7 +314,7 @@ def create_app(pool: SlotPool, config: ServerConfig) -> FastAPI:
         if body.stream:
             return EventStream(stream_events(stream, reply, endpoint), partial(release, handle, model))
         try:
-            result = await in_thread(finish_unless, stream, (watch.gone, stopping.cut))
+            result = await in_thread(finish_unless, handle, (watch.gone, stopping.cut))
         finally:
             await release(handle, model)
         if result is None:
@@ -376,10 +376,15 @@ async def in_thread(func: Callable[..., T], *args: Any) -> T:
     return await anyio.to_thread.run_sync(partial(func, *args))
 
 
-def finish_unless(stream: GenerationStream, stops: Sequence[threading.Event]) -> GenerationResult | None:
-    """Run the generation to its end and return its result, or None when one of `stops` is set first (checked
-    between text pieces)."""
-    for _ in stream:
+STOP_POLL_S = 0.05  # how often a generation answered whole looks at its client and the server's stopping
+
+
+def finish_unless(handle: ScheduledGeneration, stops: Sequence[threading.Event]) -> GenerationResult | None:
+    """Wait for the generation's end and return its result, or None when one of `stops` is set first (looked at
+    every STOP_POLL_S). It waits on the generation's end, not piece by piece: a waiter woken at every token would take
+    the CPU from the scheduler's threads that many times a step (on 2 cores, a ggml thread preempted leaves the other
+    spinning at the graph's barriers)."""
+    while not handle.wait(STOP_POLL_S):
         if any(stop.is_set() for stop in stops):
             return None
-    return stream.result
+    return handle.stream.finish()

@@ -35,6 +35,8 @@ class ServerConfig:
         POST /props (--props) are served; otherwise they answer 501, as in llama-server.
     cors: --cors-origins, --cors-methods, --cors-headers, --cors-credentials (cors.py).
     sleep_idle_s: --sleep-idle-seconds: free the model after this many idle seconds (sleep.py; None: never).
+    step_tokens: the prompt tokens one step of the scheduler evaluates at most, all slots together (-b, llama-server's
+        logical batch; each slot's ubatch is at most -ub); None: one ubatch.
     vertex: Vertex AI's predict route (AIP_MODE=PREDICTION, vertex.py; None: off).
     """
     model_name: str
@@ -55,3 +57,4 @@ class ServerConfig:
     cors: CORSPolicy = CORSPolicy()
     sleep_idle_s: float | None = None
     vertex: VertexSettings | None = None
+    step_tokens: int | None = None

@@ -39,9 +39,9 @@ MAX_TEMPLATE_WORKERS = 4  # renders take milliseconds: more slots need no more w
 
 
 def load_slots(args: argparse.Namespace) -> list[Model]:
-    """One sequence per slot on one loaded model (Model.another_sequence): the weights, memory-mapped or placed on a
-    device, are loaded once; each slot has its own caches and compute buffers, for its share of -c (slot_ctx), and
-    forward passes of at most -b and -ub prompt tokens.
+    """One sequence per slot on one engine (Model.another_sequence): the weights, memory-mapped or placed on a device,
+    the compute buffers and the thread pool once; each slot its own caches, for its share of -c (slot_ctx). The slots'
+    generations run batched (../scheduler.py), a prompt ubatch of at most -b and -ub tokens per step.
     Raises ValueError when the file, an override or a placement rule is bad."""
     kwargs = model_kwargs(args) | dict(n_ctx=slot_ctx(args), n_batch=min(args.batch_size, args.ubatch_size))
     models = [Model(**kwargs)]
@@ -130,7 +130,7 @@ def serve(args: argparse.Namespace, models: list[Model], template: TemplateWorke
                           cors=CORSPolicy(args.cors_origins, args.cors_methods, args.cors_headers,
                                           args.cors_credentials),
                           sleep_idle_s=args.sleep_idle_seconds if args.sleep_idle_seconds > 0 else None,
-                          vertex=vertex)
+                          vertex=vertex, step_tokens=args.batch_size)
     app = create_app(SlotPool(models), config)
     log.info("%d slot(s), n_ctx %d each%s; requests up to %d MiB; listening on %s", args.parallel, models[0].n_ctx,
              " (--kv-unified: -c for every slot)" if args.kv_unified else "", args.max_body_mib,

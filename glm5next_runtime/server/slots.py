@@ -1,5 +1,6 @@
-"""The server's -np slots: one Model per slot, so every sequence's caches are its own, and a first-come
-first-served queue of the requests waiting for one. A request that finds several slots free takes the one whose
+"""The server's -np slots: one Model per slot, each a sequence of one engine (Model.another_sequence: its caches are
+its own; the slots' generations run batched, ../scheduler.py), and a first-come first-served queue of the requests
+waiting for one. A request that finds several slots free takes the one whose
 sequence shares the longest prefix with its prompt, provided that prefix is at least SLOT_PROMPT_SIMILARITY of the
 sequence (llama-server's --slot-prompt-similarity, 0.5), else the least recently used slot: a shared template
 header alone does not make another conversation's slot the best one to overwrite. A request may also ask for one
@@ -32,8 +33,9 @@ class SlotsClosed(Exception):
 
 
 class SlotPool:
-    """Models lent to one request at a time. Use from the event loop only (the models themselves then run in
-    worker threads, one thread per borrowed model)."""
+    """Models lent to one request at a time. Use from the event loop only (the generations on them run on the
+    scheduler's thread; what else a request does with its model, e.g. the prompt cache's saves, in a worker
+    thread)."""
 
     def __init__(self, models: Sequence[Model]):
         """models: one per slot, all loaded from the same file with the same settings (>= 1)."""

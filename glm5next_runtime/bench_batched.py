@@ -1,0 +1,173 @@
+"""glm5next-bench -npl B,...: llama-batched-bench's table (issue 24): B sequences at once on one engine, each a
+prompt of -npp tokens then -ntg generated tokens, the prompts evaluated together and the tokens generated together
+(one round of every sequence per step: glm5next's _core.Batch, with draft-MTP rows when --spec-n-max asks), and with
+--llama-cpp the same on llama-cpp-python's llama.cpp (its low-level API: one llama_batch of every sequence's rows,
+n_seq_max B), same file, same threads, runs interleaved. Columns as llama-batched-bench's: S_PP the prompt tokens of
+all sequences per second, S_TG the generated tokens of all sequences per second (medians of -r repetitions).
+
+The prompts are random ids (as llama-batched-bench's): draft-MTP rows then show what drafting costs at near-zero
+acceptance; give --spec-prompts FILE... for text (each sequence a distinct opening of the files' token ids).
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from . import _core
+
+
+class OursBatched:
+    """B sequences of one glm5next engine (Model.another_sequence), run round by round with _core.Batch."""
+
+    key = "glm5next"
+
+    def __init__(self, path: Path, n_ctx: int, threads: int, n_batch: int, n_seq: int):
+        from .model import Model
+        self.models = [Model(path, n_ctx=n_ctx, n_threads=threads, n_batch=n_batch)]
+        self.models += [self.models[0].another_sequence() for _ in range(n_seq - 1)]
+        self._policies: dict[int, _core.DraftLengthPolicy] = {}  # the batch's, by n_max: learned over the runs
+
+    def run(self, prompts: Sequence[list[int]], n_gen: int, spec: Any) -> tuple[float, float, int]:
+        """(prompt seconds, generation seconds, tokens generated) of len(prompts) sequences; spec: a
+        bench.SpecLength (n_max drafts per round, or adaptive lengths up to it), or None: no drafts."""
+        n_max, adaptive = (spec.n_max, spec.adaptive) if spec else (0, False)
+        gens = [m.generator(n_max=n_max, adaptive=adaptive, temperature=0, seed=0) for m in self.models[:len(prompts)]]
+        batch = _core.Batch(self.models[0].engine)
+        policy = self._policies.setdefault(n_max, _core.DraftLengthPolicy(n_max)) if adaptive else None
+        for g, p in zip(gens, prompts):
+            _core.Batch.start(g, p, False)
+        t0 = time.perf_counter()
+        while any(g.prompting for g in gens):
+            self._round(batch, [g for g in gens if g.prompting], [1] * len(gens), policy)
+        t_pp = time.perf_counter() - t0
+        made = [0] * len(gens)
+        t0 = time.perf_counter()
+        while any(m < n_gen for m in made):
+            going = [i for i, m in enumerate(made) if m < n_gen]
+            emitted = self._round(batch, [gens[i] for i in going], [n_gen - made[i] for i in going], policy)
+            for i, e in zip(going, emitted):
+                made[i] += len(e)
+        t_tg = time.perf_counter() - t0
+        for g in gens:
+            g.finish()
+        return t_pp, t_tg, sum(min(m, n_gen) for m in made)
+
+    @staticmethod
+    def _round(batch: _core.Batch, gens: list, max_tokens: list[int], policy) -> list[list[int]]:
+        batch.set(gens, max_tokens[:len(gens)], policy)
+        batch.begin()
+        while batch.drafting:
+            batch.draft_step()
+        batch.verify()
+        return [batch.emitted(i) for i in range(len(gens))]
+
+
+class LlamaCppBatched:
+    """llama-cpp-python's llama.cpp through its low-level API: one context of n_seq_max sequences, every
+    sequence's rows in one llama_batch (llama-batched-bench's loop)."""
+
+    key = "llama.cpp"
+
+    def __init__(self, path: Path, n_ctx: int, threads: int, n_batch: int, n_seq: int):
+        import llama_cpp as L
+
+        from .stderr_capture import captured_stderr
+        self.L = L
+        L.llama_backend_init()
+        cparams = L.llama_context_default_params()
+        cparams.n_ctx = n_ctx * n_seq
+        cparams.n_batch = cparams.n_ubatch = n_batch
+        cparams.n_seq_max = n_seq
+        cparams.n_threads = cparams.n_threads_batch = threads
+        with captured_stderr() as log:  # llama.cpp logs to fd 2 whatever its verbosity
+            self.model = L.llama_model_load_from_file(str(path).encode(), L.llama_model_default_params())
+            self.ctx = L.llama_init_from_model(self.model, cparams) if self.model else None
+            if not self.ctx:
+                raise RuntimeError(f"llama-cpp-python cannot load {path} (upstream loads files converted with --arch "
+                                   f"glm5-next):\n{log().strip()}")
+        self.n_batch = n_batch
+        self.n_vocab = L.llama_vocab_n_tokens(L.llama_model_get_vocab(self.model))
+        self.batch = L.llama_batch_init(max(n_batch, n_seq), 0, n_seq)
+
+    def _decode(self, rows: list[tuple[int, int, int, bool]]) -> None:
+        """rows: (token, position, sequence, logits) in n_batch chunks."""
+        L, b = self.L, self.batch
+        for at in range(0, len(rows), self.n_batch):
+            chunk = rows[at:at + self.n_batch]
+            for i, (token, pos, seq, logits) in enumerate(chunk):
+                b.token[i], b.pos[i], b.n_seq_id[i], b.logits[i] = token, pos, 1, logits
+                b.seq_id[i][0] = seq
+            b.n_tokens = len(chunk)
+            if L.llama_decode(self.ctx, b) != 0:
+                raise RuntimeError("llama_decode failed")
+
+    def _argmax(self, i: int) -> int:
+        return int(np.argmax(np.ctypeslib.as_array(self.L.llama_get_logits_ith(self.ctx, i), shape=(self.n_vocab,))))
+
+    def run(self, prompts: Sequence[list[int]], n_gen: int, spec: Any = None) -> tuple[float, float, int]:
+        L = self.L
+        L.llama_memory_clear(L.llama_get_memory(self.ctx), True)
+        rows = [(t, pos, s, pos == len(p) - 1) for s, p in enumerate(prompts) for pos, t in enumerate(p)]
+        t0 = time.perf_counter()
+        self._decode(rows)
+        t_pp = time.perf_counter() - t0
+        n = len(prompts)
+        # the last chunk's output rows are the last n rows when every prompt ends in it (n_batch >= all prompts'
+        # last rows: true for the short prompts of this table; otherwise the next tokens are those of row 0)
+        nexts = [self._argmax(i - n) if len(rows) <= self.n_batch else 0 for i in range(n)]
+        t0 = time.perf_counter()
+        for step in range(n_gen):
+            self._decode([(nexts[s], len(prompts[s]) + step, s, True) for s in range(n)])
+            nexts = [self._argmax(s) for s in range(n)]
+        return t_pp, time.perf_counter() - t0, n * n_gen
+
+
+def prompts_of(ours: OursBatched, n: int, n_prompt: int, seed: int, texts: list[str]) -> list[list[int]]:
+    """n distinct prompts of n_prompt ids: random normal tokens, or (texts) consecutive stretches of their ids."""
+    if texts:
+        ids = [t for text in texts for t in ours.models[0].tokenize(text)]
+        if len(ids) < n * n_prompt:
+            raise ValueError(f"--spec-prompts give {len(ids)} tokens, fewer than {n} prompts of {n_prompt}")
+        return [ids[i * n_prompt:(i + 1) * n_prompt] for i in range(n)]
+    rng = np.random.default_rng(seed)
+    from .tokenizer import NORMAL
+    normal = np.array([i for i, ty in enumerate(ours.models[0].tokenizer.token_types) if ty == NORMAL])
+    return [normal[rng.integers(0, len(normal), n_prompt)].tolist() for _ in range(n)]
+
+
+def run_batched(path: Path, npl: list[int], n_prompt: int, n_gen: int, threads: int, n_batch: int, repetitions: int,
+                spec: list[Any], llama_cpp: bool, seed: int, texts: list[str]) -> list[dict[str, Any]]:
+    """The table's rows: per B in npl, per engine (and draft-MTP length: bench.SpecLength entries), the median S_PP
+    and S_TG of `repetitions` runs after a warm-up run."""
+    n_ctx = n_prompt + n_gen + 16
+    engines: list[Any] = [OursBatched(path, n_ctx, threads, n_batch, max(npl))]
+    if llama_cpp:
+        engines.append(LlamaCppBatched(path, n_ctx, threads, n_batch, max(npl)))
+    rows = []
+    for b in npl:
+        prompts = prompts_of(engines[0], b, n_prompt, seed, texts)
+        runs: dict[tuple[str, Any], list[tuple[float, float, int]]] = {}
+        for rep in range(repetitions + 1):  # the first: a warm-up, not counted
+            for engine in engines:
+                for length in [None, *spec] if engine.key == "glm5next" else [None]:
+                    out = engine.run(prompts, n_gen, length)
+                    if rep:
+                        runs.setdefault((engine.key, length), []).append(out)
+        for (key, length), outs in runs.items():
+            rows.append({"engine": key if length is None else f"{key} {length}", "pp": n_prompt, "tg": n_gen,
+                         "b": b, "s_pp": statistics.median(b * n_prompt / o[0] for o in outs),
+                         "s_tg": statistics.median(o[2] / o[1] for o in outs)})
+    return rows
+
+
+def render_batched_md(rows: list[dict[str, Any]]) -> str:
+    """llama-batched-bench's columns, one line per engine and B."""
+    out = ["| engine | PP | TG | B | S_PP t/s | S_TG t/s |", "|---|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        out.append(f"| {r['engine']} | {r['pp']} | {r['tg']} | {r['b']} | {r['s_pp']:.1f} | {r['s_tg']:.1f} |")
+    return "\n".join(out)
