@@ -178,6 +178,8 @@ class Scheduler:
         return True
 
     def _admit(self, handle: ScheduledGeneration) -> None:
+        for policy in self._batch_policies.values():
+            policy.reconsider()  # a batch policy that gave up judges anew now and then (RECONSIDER_AFTER)
         job = handle.job
         try:
             _core.Batch.start(job.generator, job.prompt, job.cache_prompt)

@@ -39,14 +39,15 @@ void Batch::begin() {
     for (const Generator * g : gens_) adapting += !g->prompting() && g->policy_ && g->drafting();
     policy_chose_ = policy_ && adapting >= 2;
     int drafts = -1;
-    if (policy_chose_ && !policy_->can_pay()) {
+    const bool dormant = policy_chose_ && !policy_->can_pay();
+    if (dormant) {
         policy_->observe_dormant();
         drafts = 0;
     } else if (policy_chose_) {
         drafts = policy_->choose(policy_->n_max());
     }
     for (size_t i = 0; i < gens_.size(); ++i) {
-        if (!gens_[i]->prompting()) gens_[i]->begin_round(max_tokens_[i], drafts);
+        if (!gens_[i]->prompting()) gens_[i]->begin_round(max_tokens_[i], drafts, dormant);
     }
     // the rows each generator has waiting, a ubatch per graph, then step 0 (a generator's parts in order)
     while (true) {
@@ -60,11 +61,15 @@ void Batch::begin() {
             }
         }
         if (parts.empty()) return;
-        const auto t0 = std::chrono::steady_clock::now();
-        engine_.run_draft(parts);
-        const double ms = ms_since(t0);
+        const double ms = timed_draft(parts);
         for (size_t i = 0; i < parts.size(); ++i) owners[i]->draft_ran(parts[i], ms);
     }
+}
+
+double Batch::timed_draft(const std::vector<DraftPart> & parts) {
+    const auto t0 = std::chrono::steady_clock::now();
+    engine_.run_draft(parts);
+    return ms_since(t0);
 }
 
 bool Batch::drafting() const {
@@ -89,9 +94,7 @@ void Batch::draft_step(const std::vector<const uint32_t *> & masks) {
         }
     }
     if (parts.empty()) return;
-    const auto t0 = std::chrono::steady_clock::now();
-    engine_.run_draft(parts);
-    const double ms = ms_since(t0);
+    const double ms = timed_draft(parts);
     for (Generator * g : owners) g->step_ran(ms);
 }
 

@@ -57,6 +57,9 @@ public:
     const std::vector<int32_t> & emitted(size_t i) const { return emitted_.at(i); }
 
 private:
+    // Engine::run_draft(parts), in ms.
+    double timed_draft(const std::vector<DraftPart> & parts);
+
     Engine & engine_;
     std::vector<Generator *> gens_;
     std::vector<int64_t> max_tokens_;

@@ -75,7 +75,7 @@ public:
     // fresh paired probes (probes every kProbeFirst rounds again), so that a server slot that judged while the
     // machine was busy does not decode without drafts for the rest of its life. Returns whether it did. (At a
     // request's start, not mid-request: the dormant rounds wrote no draft-head rows, and a request's prompt resumes
-    // only where the draft head's rows end, Engine::resume; the caller asks reconsider_due first and weighs that.)
+    // only where the draft head's rows end, Sequence::resume; the caller asks reconsider_due first and weighs that.)
     // Costs ~2 requests' probes per kReconsiderAfter rounds.
     bool reconsider();
     bool reconsider_due() const { return gave_up_ && dormant_rounds_ >= kReconsiderAfter; }

@@ -36,7 +36,7 @@ struct SequenceState {
 std::vector<uint8_t> serialize(const SequenceState & state);
 
 // The state `data` holds. Checks the format only (magic, version, every length within the data, nothing after
-// the end); whether it fits an engine is Engine::load_state's check. Throws std::invalid_argument saying what is
+// the end); whether it fits a sequence is Sequence::load_state's check. Throws std::invalid_argument saying what is
 // wrong and at which byte.
 SequenceState deserialize(const uint8_t * data, size_t size);
 

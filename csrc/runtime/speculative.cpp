@@ -148,6 +148,7 @@ void Generator::begin_prompt(const std::vector<int32_t> & prompt, bool cache_pro
     const auto t0 = std::chrono::steady_clock::now();
     started_ = false;
     drafted_ = false;
+    batch_dormant_ = false;
     stats_ = SpecStats();
     stats_.drafted_at.assign(spec_.n_max, 0);
     stats_.accepted_at.assign(spec_.n_max, 0);
@@ -238,7 +239,7 @@ const float * Generator::constrained(const float * raw, int64_t n_rows, const ui
     return constrained_.data();
 }
 
-int64_t Generator::begin_round(int64_t max_tokens, int batch_drafts) {
+int64_t Generator::begin_round(int64_t max_tokens, int batch_drafts, bool batch_dormant) {
     if (room() <= 0) {
         throw std::invalid_argument(started_ ? "the context is full" : "draft() before start()");
     }
@@ -253,11 +254,12 @@ int64_t Generator::begin_round(int64_t max_tokens, int batch_drafts) {
     began_rows_ = 0;
     first_ms_ = next_ms_ = 0;
     between_ms_ = round_end_ == std::chrono::steady_clock::time_point{} ? -1.0 : ms_since(round_end_);
+    if (batch_dormant && policy_) batch_dormant_ = true;  // (a generator that samples with a seed keeps drafting)
     if (chain_ && !drafting()) {  // the policy gave up (in this generation or before): no draft-head rows
         pending_h_.clear();
         pending_x_.clear();
         flush_rows_ = 0;
-        if (policy_) policy_->observe_dormant();
+        if (policy_ && !policy_->can_pay()) policy_->observe_dormant();
     }
     if (drafting()) {  // step 0 is the row (h_{P-1}, next); the pending rows before it are written with it
         pending_h_.insert(pending_h_.end(), h_last_.begin(), h_last_.end());

@@ -3,7 +3,7 @@
 //      stop early when the draft's top probability is below p_min;
 //   2. verify: one trunk pass over [x_{p0+1}, d_1..d_n] with per-row KDA snapshots;
 //   3. accept: speculative sampling (exact match when greedy), then the correction or bonus token;
-//   4. commit: the trunk keeps the accepted rows (Engine::commit: KDA rolls back to its snapshot), the draft
+//   4. commit: the trunk keeps the accepted rows (Sequence::commit: KDA rolls back to its snapshot), the draft
 //      head's provisional rows are rewritten from the trunk's real hidden states with the next round's step 0.
 // step() runs these four in this order, each a function of its own, then count() and carry() (what the next
 // round starts from); nothing calls back up. Each step that runs a graph is cut in two around it: the part the
@@ -154,8 +154,9 @@ private:
     // gives the step after it; verify_part gives the verify pass of the first n_keep drafts, verify_ran follows it
     // and returns the emitted tokens.
     // batch_drafts >= 0: the drafts a batch's policy chose for this round (an adaptive generator's own policy neither
-    // chooses nor is told then).
-    int64_t begin_round(int64_t max_tokens, int batch_drafts = -1);
+    // chooses nor is told then); batch_dormant: that policy found that drafting cannot pay in the batch: the
+    // generation drafts no more and writes no draft-head rows (as a dormant generator, drafting()).
+    int64_t begin_round(int64_t max_tokens, int batch_drafts = -1, bool batch_dormant = false);
     bool draft_part(DraftPart & part);
     void draft_ran(const DraftPart & part, double ms);
     int32_t sample_draft(const uint32_t * mask);
@@ -194,7 +195,7 @@ private:
     // Speculating, unless the policy found that drafting cannot pay on this machine and file
     // (DraftLengthPolicy::can_pay, final): the rounds then run as without speculation and write no draft-head rows
     // either (~2% of a decode step each on the bundled model q8_0 at -t 1; glm5next-bench's rows of auto).
-    bool drafting() const { return chain_ && (!policy_ || policy_->can_pay()); }
+    bool drafting() const { return chain_ && !batch_dormant_ && (!policy_ || policy_->can_pay()); }
 
     Sequence & seq_;
     Engine & engine_;
@@ -217,6 +218,7 @@ private:
     int64_t draft_limit_ = 0;          // the most drafts of this round
     bool draft_stopped_ = false;       // p_min stopped this round's drafting
     bool batch_chose_ = false;         // this round's drafts were a batch policy's choice (begin_round)
+    bool batch_dormant_ = false;       // a batch's policy found drafting does not pay: none for this generation
     // The last round's outcome as DraftLengthPolicy::observe takes it (verify_ms < 0: not a sample of its costs).
     struct RoundOutcome {
         int n_drafted = 0, n_accepted = 0, verify_rows = 0;
