@@ -381,6 +381,11 @@ class Generator:
         Rows of that prompt still to evaluate (0 when none or not prompting).
         """
     @property
+    def prompt_next_rows(self) -> int:
+        """
+        Rows of that prompt the next round evaluates: one ubatch (at most n_batch, cut at checkpoint_every).
+        """
+    @property
     def prompting(self) -> bool:
         """
         Whether a prompt started by Batch.start is not done (rows to evaluate, or its first token to sample).
@@ -425,6 +430,10 @@ class Batch:
     def emitted(self, i: typing.SupportsInt | typing.SupportsIndex) -> list[int]:
         """
         The tokens generator i emitted in the round (after verify; none while its prompt goes on).
+        """
+    def error(self, i: typing.SupportsInt | typing.SupportsIndex) -> str:
+        """
+        Why generator i's round failed ('' when it did not): a phase of that generator threw (a full context, a sampler left with no token); its sequence is left whole and the others went on.
         """
     def set(self, generators: collections.abc.Sequence[Generator], max_tokens: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], policy: ... = None) -> None:
         """

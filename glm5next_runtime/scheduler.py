@@ -17,6 +17,7 @@ GenerationStream fed from the scheduler's thread; reading it never runs the mode
 """
 from __future__ import annotations
 
+import logging
 import queue
 import threading
 import time
@@ -26,6 +27,9 @@ from dataclasses import dataclass
 from . import _core
 from .generate import Generation, GenerationResult, GenerationStream, TokenLogprob
 from .grammar import RoundMasks
+
+
+log = logging.getLogger("glm5next.scheduler")
 
 
 class SchedulerClosed(RuntimeError):
@@ -55,6 +59,7 @@ class ScheduledGeneration:
         self.first_token_at: float | None = None  # perf_counter() when the first token came: the rounds' time begins
         self.sent = 0  # tokens of job.decoding already sent to the stream
         self.masks: RoundMasks | None = None
+        self.failure: BaseException | None = None  # what failed it in the step under way (its grammar)
 
     def cancel(self) -> None:
         """Drop the generation at the next step (its stream then ends without a result); returns at once."""
@@ -156,10 +161,20 @@ class Scheduler:
 
     # --- the thread ---
     def _loop(self) -> None:
-        while self._turn():
-            pass
-        for handle in self._running + self._incoming:
-            handle.end(SchedulerClosed("the scheduler stopped"))
+        try:
+            while self._turn():
+                pass
+        except BaseException:  # a defect: nothing can be served any more, and no request is left waiting
+            log.exception("the scheduler stopped")
+            raise
+        finally:
+            with self._lock:
+                self._closed = True
+                left, self._incoming = self._running + self._incoming, []
+                self._running = []
+            for handle in left:
+                if not handle.done:
+                    handle.end(SchedulerClosed("the scheduler stopped"))
 
     def _turn(self) -> bool:
         """Waits for work, then admits what came and runs one step. False once closed. (A method of its own: its
@@ -178,6 +193,9 @@ class Scheduler:
         return True
 
     def _admit(self, handle: ScheduledGeneration) -> None:
+        if handle.cancelled:  # gone before it started: its sequence is left as it is
+            handle.end(None)
+            return
         for policy in self._batch_policies.values():
             policy.reconsider()  # a batch policy that gave up judges anew now and then (RECONSIDER_AFTER)
         job = handle.job
@@ -191,17 +209,21 @@ class Scheduler:
     def _drop_cancelled(self) -> None:
         for handle in [h for h in self._running if h.cancelled]:
             self._running.remove(handle)
-            if not handle.job.generator.prompting:
-                handle.job.generator.finish()
+            try:
+                if not handle.job.generator.prompting:
+                    handle.job.generator.finish()  # the draft head's rows, for a next prompt that resumes here
+            except Exception:  # noqa: BLE001 - the request is gone either way
+                log.exception("finishing a cancelled generation")
             handle.end(None)
 
     def _schedule(self) -> list[ScheduledGeneration]:
-        """Every decoding generation, and prompts (oldest first) while their next ubatches fit n_batch rows."""
+        """Every decoding generation, and prompts (oldest first) while their next ubatches fit n_batch rows (the
+        first always)."""
         step, budget = [], self.n_batch
         for handle in self._running:
             generator = handle.job.generator
             if generator.prompting:
-                rows = min(generator.prompt_left, self.n_batch)
+                rows = generator.prompt_next_rows
                 if rows > budget and budget < self.n_batch:
                     continue
                 budget -= rows
@@ -210,13 +232,15 @@ class Scheduler:
 
     def _step(self, handles: list[ScheduledGeneration]) -> None:
         batch = _core.Batch(handles[0].job.engine)
+        for handle in handles:
+            handle.failure = None
         try:
             batch.set([h.job.generator for h in handles], [max(h.job.decoding.budget, 1) for h in handles],
                       self.batch_policy(handles))
             batch.begin()
             self._draft(batch, handles)
             batch.verify([self._verify_masks(h) for h in handles])
-        except Exception as e:  # noqa: BLE001 - a failed step fails its generations, not the server
+        except Exception as e:  # noqa: BLE001 - the engine failed the step: its generations, not the server
             for handle in handles:
                 self._running.remove(handle)
                 handle.end(e)
@@ -224,12 +248,15 @@ class Scheduler:
         self.steps += 1
         self.rows_per_step = [*self.rows_per_step[-255:], len(handles)]
         for i, handle in enumerate(handles):
-            emitted = batch.emitted(i)
-            if not emitted:
-                continue
+            # one generation's failure (its grammar, a sampler left with no token) ends it alone; the C++ side left
+            # its sequence whole (_core.Batch.error)
+            failure = handle.failure or (RuntimeError(batch.error(i)) if batch.error(i) else None)
             try:
-                self._postprocess(handle, emitted)
-            except Exception as e:  # noqa: BLE001 - one generation's failure (its grammar, say) ends it alone
+                if failure is not None:
+                    raise failure
+                if batch.emitted(i):
+                    self._postprocess(handle, batch.emitted(i))
+            except Exception as e:  # noqa: BLE001
                 if handle in self._running:
                     self._running.remove(handle)
                 handle.end(e)
@@ -247,26 +274,34 @@ class Scheduler:
         return None
 
     def _draft(self, batch: _core.Batch, handles: list[ScheduledGeneration]) -> None:
-        """The draft steps, each generation under its grammar's mask after its drafts so far."""
-        for i, handle in enumerate(handles):
+        """The draft steps, each generation under its grammar's mask after its drafts so far. A grammar that fails
+        fails its generation (handle.failure), whose drafts then go on unconstrained to the round's end."""
+        for handle in handles:
             constraint = handle.job.constraint
             if constraint is not None and not handle.job.generator.prompting:
                 handle.masks = constraint.round(drafting=True)
         while batch.drafting:
             drafted = [len(batch.drafts(i)) for i in range(len(handles))]
-            batch.draft_step([h.masks.draft_mask() if h.masks else None for h in handles])
+            batch.draft_step([h.masks.draft_mask() if h.masks and not h.failure else None for h in handles])
             for i, handle in enumerate(handles):
                 drafts = batch.drafts(i)
-                if handle.masks is not None and len(drafts) > drafted[i]:
-                    handle.masks.drafted(drafts[-1])
+                if handle.masks is not None and not handle.failure and len(drafts) > drafted[i]:
+                    try:
+                        handle.masks.drafted(drafts[-1])
+                    except Exception as e:  # noqa: BLE001
+                        handle.failure = e
 
     def _verify_masks(self, handle: ScheduledGeneration):
         constraint = handle.job.constraint
-        if constraint is None:
+        if constraint is None or handle.failure is not None:
             return None
-        if handle.job.generator.prompting:  # the first token's, read if the prompt ends in this step
-            return constraint.mask()
-        return handle.masks.verify_masks()
+        try:
+            if handle.job.generator.prompting:  # the first token's, read if the prompt ends in this step
+                return constraint.mask()
+            return handle.masks.verify_masks()
+        except Exception as e:  # noqa: BLE001
+            handle.failure = e
+            return None
 
     def _postprocess(self, handle: ScheduledGeneration, emitted: list[int]) -> None:
         job = handle.job

@@ -133,3 +133,44 @@ def test_sequences_of_one_engine_keep_to_their_own_caches(predictable_gguf):
     for t in random_tokens(6, seed=35):
         b.eval([t])
         assert np.array_equal(a.eval([t]), lone.eval([t]))
+
+
+def test_a_generation_that_fails_fails_alone_and_leaves_its_slot_whole(predictable_gguf):
+    """One generation's error (here every token banned: its sampler has nothing to draw) ends that generation; the
+    others batched with it go on as alone, and its slot serves the next request."""
+    from glm5next_runtime.scheduler import Scheduler
+    models = slots(predictable_gguf, 2)
+    n_vocab = models[0].n_vocab
+
+    def job(i: int, **extra):
+        return models[i].generation(PROMPTS[i], max_tokens=30, temperature=0, spec_n_max=3, cache_prompt=False,
+                                    **extra)
+
+    want = summary(job(1).run_to_end())
+    scheduler = Scheduler(N_BATCH).start()
+    try:
+        banned = scheduler.submit(job(0, logit_bias={t: float("-inf") for t in range(n_vocab)}))
+        kept = scheduler.submit(job(1))
+        with pytest.raises(RuntimeError, match="finite"):
+            banned.stream.finish()
+        assert summary(kept.stream.finish()) == want
+        again = scheduler.submit(models[0].generation(PROMPTS[0], max_tokens=30, temperature=0, cache_prompt=True))
+        assert summary(again.stream.finish()) == summary(job(0).run_to_end())
+    finally:
+        scheduler.close()
+
+
+def test_a_sequence_made_after_another_was_freed_runs_on_its_own_caches(predictable_gguf):
+    """Graphs kept for reuse are keyed by a sequence's id, not by where its caches were: a sequence whose caches
+    take the freed memory of an earlier one gets no graph of that one's."""
+    import gc
+    from glm5next_runtime import Model
+    first = slots(predictable_gguf, 1)[0]
+    lone = Model(predictable_gguf, n_ctx=512, n_batch=N_BATCH, n_threads=2, draft_adaptive=False)
+    want = lone.generate(PROMPTS[0], max_tokens=20, temperature=0, cache_prompt=False).tokens
+    gone = first.another_sequence()
+    gone.generate(PROMPTS[0], max_tokens=20, temperature=0, cache_prompt=False)
+    del gone
+    gc.collect()
+    later = first.another_sequence()
+    assert later.generate(PROMPTS[0], max_tokens=20, temperature=0, cache_prompt=False).tokens == want

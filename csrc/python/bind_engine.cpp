@@ -4,6 +4,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <mutex>
 #include <optional>
 #include <stdexcept>
 #include <string_view>
@@ -64,8 +65,13 @@ py::dict kda_state(const Sequence & e, uint32_t il) {
     if (c.state == nullptr) throw std::invalid_argument("layer " + std::to_string(il) + " is not a KDA layer");
     py::array_t<float> conv({c.conv->ne[1], c.conv->ne[0]});
     py::array_t<float> state({c.state->ne[2], c.state->ne[1], c.state->ne[0]});
-    ggml_backend_tensor_get(c.conv, conv.mutable_data(), 0, ggml_nbytes(c.conv));
-    ggml_backend_tensor_get(c.state, state.mutable_data(), 0, ggml_nbytes(c.state));
+    float * conv_out = conv.mutable_data(), * state_out = state.mutable_data();
+    {
+        py::gil_scoped_release release;
+        std::lock_guard<std::recursive_mutex> lock(e.engine().mutex());  // (the scheduler may be running graphs)
+        ggml_backend_tensor_get(c.conv, conv_out, 0, ggml_nbytes(c.conv));
+        ggml_backend_tensor_get(c.state, state_out, 0, ggml_nbytes(c.state));
+    }
     py::dict d;
     d["conv"] = conv;
     d["state"] = state;
@@ -290,7 +296,7 @@ a pending verify pass or for n_keep out of range.)doc")
             "the same model); a prompt sharing a prefix with it then resumes from it. Raises ValueError, naming what "
             "is wrong and keeping the sequence as it was, for bytes that are not a saved sequence, a damaged one, one "
             "of another model or one longer than n_ctx.")
-        .def("reset", &Sequence::reset, "Forget the sequence (caches cleared, n_past = 0).")
+        .def("reset", &Sequence::reset, py::call_guard<py::gil_scoped_release>(), "Forget the sequence (caches cleared, n_past = 0).")
         .def_property_readonly("n_past", &Sequence::n_past, "Tokens in the sequence.")
         .def_property_readonly("tokens", &Sequence::tokens, "The sequence's tokens (one per trunk row), a copy.");
 

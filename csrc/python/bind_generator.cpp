@@ -167,6 +167,9 @@ output keeps the target distribution (speculative sampling).)doc")
                                "token to sample).")
         .def_property_readonly("prompt_left", &Generator::prompt_left,
                                "Rows of that prompt still to evaluate (0 when none or not prompting).")
+        .def_property_readonly("prompt_next_rows", &Generator::prompt_next_rows,
+                               "Rows of that prompt the next round evaluates: one ubatch (at most n_batch, cut at "
+                               "checkpoint_every).")
         .def_property_readonly("probs", [](const Generator & g) {
                 py::list out;
                 for (const glm5next::TokenProbs & t : g.probs()) {
@@ -244,6 +247,9 @@ verify(masks); emitted(i). A generator's tokens and drafts are those it gives al
              "Generator i's drafts this round so far.")
         .def("emitted", [](const Batch & b, size_t i) { return b.emitted(i); }, py::arg("i"),
              "The tokens generator i emitted in the round (after verify; none while its prompt goes on).")
+        .def("error", [](const Batch & b, size_t i) { return b.error(i); }, py::arg("i"),
+             "Why generator i's round failed ('' when it did not): a phase of that generator threw (a full context, a "
+             "sampler left with no token); its sequence is left whole and the others went on.")
         .def("__len__", &Batch::size);
 
     py::class_<DraftLengthPolicy, std::shared_ptr<DraftLengthPolicy>>(mod, "DraftLengthPolicy", R"doc(The number of drafts a draft-MTP round should carry:

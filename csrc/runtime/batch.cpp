@@ -31,12 +31,22 @@ void Batch::set(const std::vector<Generator *> & gens, const std::vector<int64_t
     gens_ = gens;
     max_tokens_ = max_tokens;
     emitted_.assign(gens.size(), {});
+    errors_.assign(gens.size(), {});
+    in_round_.assign(gens.size(), false);
     policy_ = std::move(policy);
 }
 
+void Batch::fail(size_t i, const std::exception & e) {
+    errors_[i] = e.what();
+    in_round_[i] = false;
+    gens_[i]->abandon_round();
+}
+
+bool Batch::live(size_t i) const { return errors_[i].empty(); }
+
 void Batch::begin() {
-    int adapting = 0;  // decoding generators whose lengths adapt
-    for (const Generator * g : gens_) adapting += !g->prompting() && g->policy_ && g->drafting();
+    int adapting = 0;  // decoding generators whose lengths adapt (a batch that put them to rest included)
+    for (const Generator * g : gens_) adapting += !g->prompting() && g->adapts();
     policy_chose_ = policy_ && adapting >= 2;
     int drafts = -1;
     const bool dormant = policy_chose_ && !policy_->can_pay();
@@ -47,17 +57,23 @@ void Batch::begin() {
         drafts = policy_->choose(policy_->n_max());
     }
     for (size_t i = 0; i < gens_.size(); ++i) {
-        if (!gens_[i]->prompting()) gens_[i]->begin_round(max_tokens_[i], drafts, dormant);
+        if (gens_[i]->prompting()) continue;
+        try {  // (a full context, say: that generator's fault, not the others')
+            gens_[i]->begin_round(max_tokens_[i], drafts, dormant);
+            in_round_[i] = true;
+        } catch (const std::exception & e) {
+            fail(i, e);
+        }
     }
     // the rows each generator has waiting, a ubatch per graph, then step 0 (a generator's parts in order)
     while (true) {
         std::vector<DraftPart> parts;
         std::vector<Generator *> owners;
-        for (Generator * g : gens_) {
+        for (size_t i = 0; i < gens_.size(); ++i) {
             DraftPart part;
-            if (!g->prompting() && g->draft_part(part)) {
+            if (in_round_[i] && gens_[i]->draft_part(part)) {
                 parts.push_back(part);
-                owners.push_back(g);
+                owners.push_back(gens_[i]);
             }
         }
         if (parts.empty()) return;
@@ -85,8 +101,13 @@ void Batch::draft_step(const std::vector<const uint32_t *> & masks) {
     std::vector<Generator *> owners;
     for (size_t i = 0; i < gens_.size(); ++i) {
         Generator * g = gens_[i];
-        if (!g->drafting_step()) continue;
-        g->sample_draft(masks[i]);
+        if (!in_round_[i] || !g->drafting_step()) continue;
+        try {  // (logits the bias and mask leave nothing of: that generator's fault)
+            g->sample_draft(masks[i]);
+        } catch (const std::exception & e) {
+            fail(i, e);
+            continue;
+        }
         DraftPart part;
         if (g->next_step_part(part)) {
             parts.push_back(part);
@@ -112,6 +133,7 @@ void Batch::verify(const std::vector<const uint32_t *> & masks) {
     for (size_t i = 0; i < gens_.size(); ++i) {
         Generator * g = gens_[i];
         TrunkPart part;
+        if (!live(i)) continue;
         if (g->prompting()) {
             if (!g->prompt_part(part)) continue;  // nothing left to evaluate: its first token comes below
         } else {
@@ -135,17 +157,22 @@ void Batch::verify(const std::vector<const uint32_t *> & masks) {
         Generator * g = gens_[i];
         const bool ran = next < owners.size() && owners[next] == i;
         if (ran) ++next;
-        if (g->prompting()) {
-            if (ran) g->prompt_ran(ms);
-            if (g->prompt_left() == 0) emitted_[i] = {g->finish_prompt(masks[i])};
-            continue;
+        if (!live(i)) continue;
+        try {  // (a sampler left no token, a grammar's mask of another size: that generator's fault)
+            if (g->prompting()) {
+                if (ran) g->prompt_ran(ms);
+                if (g->prompt_left() == 0) emitted_[i] = {g->finish_prompt(masks[i])};
+                continue;
+            }
+            emitted_[i] = g->verify_ran(masks[i], ms, !prompt_rows, gens_.size() > 1);
+        } catch (const std::exception & e) {
+            fail(i, e);
         }
-        emitted_[i] = g->verify_ran(masks[i], ms, !prompt_rows, gens_.size() > 1);
     }
     if (!policy_chose_) return;
     bool first = true;  // the round's costs once, every generator's acceptance
     for (size_t i = 0; i < gens_.size(); ++i) {
-        if (gens_[i]->batch_chose_ && !emitted_[i].empty()) {
+        if (in_round_[i] && gens_[i]->batch_chose_) {
             gens_[i]->tell(*policy_, first);
             first = false;
         }

@@ -13,7 +13,9 @@
 #pragma once
 
 #include <cstdint>
+#include <exception>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "runtime/speculative.h"
@@ -55,15 +57,24 @@ public:
     // round's tokens; none for a prompt not finished).
     const std::vector<int32_t> & drafts(size_t i) const;
     const std::vector<int32_t> & emitted(size_t i) const { return emitted_.at(i); }
+    // Why generator i's round failed (empty: it did not): what one generator's phase threw (a full context, a
+    // sampler left with no token, a mask of another size) fails that generator's round alone; its sequence is left
+    // whole (a pending verify pass committed to its first row) and the others go on. What an engine's graph throws
+    // fails the round for all: the phase throws it.
+    const std::string & error(size_t i) const { return errors_.at(i); }
 
 private:
     // Engine::run_draft(parts), in ms.
     double timed_draft(const std::vector<DraftPart> & parts);
+    void fail(size_t i, const std::exception & e);
+    bool live(size_t i) const;
 
     Engine & engine_;
     std::vector<Generator *> gens_;
     std::vector<int64_t> max_tokens_;
     std::vector<std::vector<int32_t>> emitted_;
+    std::vector<std::string> errors_;
+    std::vector<bool> in_round_;  // began a round in begin() (decoding, not failed since)
     std::shared_ptr<DraftLengthPolicy> policy_;
     bool policy_chose_ = false;  // this round's lengths are policy_'s
 };

@@ -59,7 +59,7 @@ Engine::Engine(const Model & model, const EngineParams & params, const Model * d
     ggml_backend_cpu_set_n_threads(cpu_, params_.n_threads);
     backends_.push_back(cpu_);
     graphs_ = std::make_unique<GraphSlots>(backends_, cpu_, graph_size(model.hp));
-    last_ = &graphs_->of(GraphShape{GraphShape::kTrunk, {PartShape{nullptr, params_.n_batch}}});
+    last_ = &graphs_->of(GraphShape{GraphShape::kTrunk, {PartShape{0, params_.n_batch}}});
 }
 
 Engine::~Engine() {
@@ -80,7 +80,7 @@ void Engine::reserve(const Sequence & seq) {
     const int64_t dense_end = std::min<int64_t>(n_ctx, max_dense_keys(model_.hp));
     const std::string what = "n_batch = " + std::to_string(params_.n_batch) + " and n_ctx = " + std::to_string(n_ctx);
     auto reserve_trunk = [&](PartShape shape, int64_t n_past, const std::string & why) {
-        shape.cache = seq.cache().view().layers;
+        shape.sequence = seq.id();
         TrunkRows r{seq.cache().view(), shape.n_rows, shape.all_logits, shape.snapshots};
         r.cache.n_past = n_past;
         ggml_context * ctx = nullptr;
@@ -90,13 +90,13 @@ void Engine::reserve(const Sequence & seq) {
         slot.reserve(g.gf, why);
     };
     for (int64_t n_past : {dense_end - rows, n_ctx - rows}) {
-        if (n_past >= 0) reserve_trunk(PartShape{nullptr, rows, true, false}, n_past, what);
+        if (n_past >= 0) reserve_trunk(PartShape{0, rows, true, false}, n_past, what);
     }
     const int64_t few = std::clamp<int64_t>(params_.n_verify_rows, 1, std::min<int64_t>({kGatherMaxRows, params_.n_batch, n_ctx}));
     for (int64_t n : {int64_t(1), few}) {
         // the class verify() asks for (all logits, KDA snapshots): reserved under another, the buffers sized here
         // would serve no generation, and its first verify of each row count would allocate again
-        reserve_trunk(PartShape{nullptr, n, true, true}, n_ctx - n,
+        reserve_trunk(PartShape{0, n, true, true}, n_ctx - n,
                       "verify passes of " + std::to_string(n) + " rows and n_ctx = " + std::to_string(n_ctx));
     }
     if (!seq.draft_cache()) return;
@@ -105,16 +105,32 @@ void Engine::reserve(const Sequence & seq) {
         r.cache.n_past = n_ctx - n;
         ggml_context * ctx = nullptr;
         GraphSlot & slot = graphs_->of(
-            GraphShape{GraphShape::kDraft, {PartShape{r.cache.layers, n, false, false, shared, true}}});
+            GraphShape{GraphShape::kDraft, {PartShape{seq.id(), n, false, false, shared, true}}});
         DraftGraph & g = slot.new_draft(&ctx);
         build_draft_graph(g, ctx, draft_model_, draft_weights_->layer(), {r});
         slot.reserve(g.gf, "the draft head's steps and n_ctx = " + std::to_string(n_ctx));
     }
 }
 
-void Engine::attach(const Sequence * seq) {
+uint64_t Engine::attach(const Sequence * seq) {
     std::lock_guard<std::recursive_mutex> lock(mutex_);
     sequences_.push_back(seq);
+    return next_sequence_id_++;
+}
+
+int Engine::n_splits() const {
+    std::lock_guard<std::recursive_mutex> lock(mutex_);
+    return ggml_backend_sched_get_n_splits(last_->sched());
+}
+
+GraphTraffic Engine::traffic() const {
+    std::lock_guard<std::recursive_mutex> lock(mutex_);
+    return {n_splits(), last_->bytes_copied(), last_->copy_seconds()};
+}
+
+int64_t Engine::n_graphs_built() const {
+    std::lock_guard<std::recursive_mutex> lock(mutex_);
+    return graphs_->n_built();
 }
 
 void Engine::detach(const Sequence * seq) {
@@ -225,12 +241,13 @@ void Engine::run_trunk(const std::vector<TrunkPart> & parts) {
     for (size_t i : order) {
         const TrunkPart & p = parts[i];
         const SeqCache & c = p.seq->cache();
-        shape.parts.push_back(PartShape{c.view().layers, p.n, p.all_logits, p.verify, false, true,
+        shape.parts.push_back(PartShape{p.seq->id(), p.n, p.all_logits, p.verify, false, true,
                                         graph_layout(hp, c.n_ctx(), c.n_past(), p.n)});
         tokens.insert(tokens.end(), p.tokens, p.tokens + p.n);
         n_past.push_back(c.n_past());
     }
     GraphSlot & slot = graphs_->of(shape);
+    last_ = &slot;  // (of() may have replaced the slot last_ was)
     TrunkGraph * reused = slot.trunk(shape);
     if (reused == nullptr) {
         std::vector<TrunkRows> rows;
@@ -245,7 +262,6 @@ void Engine::run_trunk(const std::vector<TrunkPart> & parts) {
     }
     TrunkGraph & g = *reused;
     g.set_inputs(tokens.data(), n_past);
-    last_ = &slot;
     slot.compute(profile_traffic_);
 
     const int64_t k = n_top_pool();
@@ -319,7 +335,7 @@ void Engine::run_draft(const std::vector<DraftPart> & parts) {
     for (size_t i : order) {
         const DraftPart & p = parts[i];
         const SeqCache & c = *p.seq->draft_cache();
-        shape.parts.push_back(PartShape{c.view().layers, p.n, false, false, p.saved_pools != nullptr, p.out != nullptr,
+        shape.parts.push_back(PartShape{p.seq->id(), p.n, false, false, p.saved_pools != nullptr, p.out != nullptr,
                                         graph_layout(draft_model_.hp, c.n_ctx(), p.pos0, p.n)});
         hidden.insert(hidden.end(), p.hidden, p.hidden + p.n * hp.n_embd);
         tokens.insert(tokens.end(), p.tokens, p.tokens + p.n);
@@ -328,6 +344,7 @@ void Engine::run_draft(const std::vector<DraftPart> & parts) {
         saved_p0.push_back(p.saved_pools ? p.saved_p0 : -1);
     }
     GraphSlot & slot = graphs_->of(shape);
+    last_ = &slot;
     DraftGraph * reused = slot.draft(shape);
     if (reused == nullptr) {
         std::vector<DraftRows> rows;
@@ -342,7 +359,6 @@ void Engine::run_draft(const std::vector<DraftPart> & parts) {
     }
     DraftGraph & g = *reused;
     g.set_inputs(hidden.data(), tokens.data(), pos0, saved, saved_p0);  // hidden is copied: out may be written now
-    last_ = &slot;
     slot.compute(profile_traffic_);
 
     size_t part_index = 0, group_index = 0;

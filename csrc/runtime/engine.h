@@ -102,13 +102,13 @@ public:
     void check_tokens(const int32_t * tokens, int64_t n) const;
 
     // Graph splits of the last graph run (1 when every op ran on one device).
-    int n_splits() const { return ggml_backend_sched_get_n_splits(last_->sched()); }
+    int n_splits() const;
     // Graphs built and allocated since load (the ones at load not counted): a ubatch of the shape of the graph
     // before runs that graph again (runtime/graph_slot.h).
-    int64_t n_graphs_built() const { return graphs_->n_built(); }
+    int64_t n_graphs_built() const;
     // What crossed devices in the last graph: its splits and, if it ran while profile_traffic was on, the bytes
     // copied and the copy time (else 0 and -1).
-    GraphTraffic traffic() const { return {n_splits(), last_->bytes_copied(), last_->copy_seconds()}; }
+    GraphTraffic traffic() const;
     // Measures the traffic of every graph run from now on (runtime/traffic.h: each device syncs after every node,
     // so compute is slower while on). For glm5next-bench, not for serving.
     void profile_traffic(bool on);
@@ -119,8 +119,10 @@ public:
     // What sequences do on the engine: one at a time (a graph run, a cache read or write; ggml's device
     // connections take one caller), from any thread. Recursive: a sequence's evaluation runs graphs.
     std::recursive_mutex & mutex() const { return mutex_; }
-    // The sequences on the engine (Sequence's constructor and destructor), for memory().
-    void attach(const Sequence * seq);
+    // The sequences on the engine (Sequence's constructor and destructor), for memory(). attach returns the
+    // sequence's id: unique for the engine's life (graphs kept for reuse are keyed by it, never by an address a
+    // later sequence may get again).
+    uint64_t attach(const Sequence * seq);
     void detach(const Sequence * seq);
     // A sequence committed the verify pass whose KDA snapshots `slot` holds (Sequence::commit): the slot may run
     // other graphs again.
@@ -140,6 +142,7 @@ private:
     bool profile_traffic_ = false;
     uint32_t reserved_n_ctx_ = 0;  // the n_ctx reserve sized the compute buffers for
     std::vector<const Sequence *> sequences_;
+    uint64_t next_sequence_id_ = 1;
     mutable std::recursive_mutex mutex_;
 };
 

@@ -17,7 +17,7 @@ GraphShape GraphShape::slot_class() const {
     GraphShape out = *this;
     for (PartShape & p : out.parts) {
         p.layout = GraphLayout{};
-        p.cache = nullptr;
+        p.sequence = 0;
     }
     return out;
 }

@@ -21,7 +21,7 @@ namespace glm5next {
 // Everything one sequence's part of a graph depends on (the rest are inputs): whose caches it reads and writes (the
 // graph holds the cache tensors), its rows, its flags, its layout.
 struct PartShape {
-    const LayerCache * cache = nullptr;  // the sequence's caches (CacheView::layers)
+    uint64_t sequence = 0;  // the sequence's id (Engine::attach): its caches
     int64_t n_rows = 0;
     bool all_logits = false;  // trunk: logits of every row
     bool snapshots = false;   // trunk: per-row KDA snapshots (a verify pass)
@@ -29,7 +29,7 @@ struct PartShape {
     bool output = true;       // draft: the last row's logits and z
     GraphLayout layout;
     bool operator==(const PartShape & o) const {
-        return cache == o.cache && n_rows == o.n_rows && all_logits == o.all_logits && snapshots == o.snapshots &&
+        return sequence == o.sequence && n_rows == o.n_rows && all_logits == o.all_logits && snapshots == o.snapshots &&
                shared == o.shared && output == o.output && layout == o.layout;
     }
 };

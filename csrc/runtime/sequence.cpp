@@ -25,8 +25,13 @@ Sequence::Sequence(Engine & engine, const SequenceParams & params)
         const Model & draft = engine.draft_model();
         draft_cache_ = std::make_unique<SeqCache>(draft, draft.hp.n_trunk(), 1, params.n_ctx);
     }
-    engine_.reserve(*this);
-    engine_.attach(this);
+    id_ = engine_.attach(this);
+    try {
+        engine_.reserve(*this);
+    } catch (...) {
+        engine_.detach(this);
+        throw;
+    }
 }
 
 Sequence::~Sequence() {

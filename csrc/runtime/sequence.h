@@ -100,6 +100,7 @@ public:
     const std::vector<int32_t> & tokens() const { return tokens_; }  // one per trunk row
     const SequenceParams & params() const { return params_; }
     Engine & engine() const { return engine_; }
+    uint64_t id() const { return id_; }  // unique on its engine (Engine::attach)
     bool has_draft_head() const { return draft_cache_ != nullptr; }
     const SeqCache & cache() const { return cache_; }
     const SeqCache * draft_cache() const { return draft_cache_.get(); }
@@ -133,6 +134,7 @@ private:
     void release_snapshots();
 
     Engine & engine_;
+    uint64_t id_ = 0;
     SequenceParams params_;
     SeqCache cache_;
     std::unique_ptr<SeqCache> draft_cache_;  // the NextN layer's rows; null without one

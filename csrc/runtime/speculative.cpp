@@ -149,6 +149,7 @@ void Generator::begin_prompt(const std::vector<int32_t> & prompt, bool cache_pro
     started_ = false;
     drafted_ = false;
     batch_dormant_ = false;
+    batch_chose_ = false;
     stats_ = SpecStats();
     stats_.drafted_at.assign(spec_.n_max, 0);
     stats_.accepted_at.assign(spec_.n_max, 0);
@@ -246,6 +247,7 @@ int64_t Generator::begin_round(int64_t max_tokens, int batch_drafts, bool batch_
     if (drafted_) throw std::invalid_argument("draft() twice: verify() the last drafts first");
     round_pos_ = seq_.n_past();
     round_builds_ = engine_.n_graphs_built();
+    batch_chose_ = false;
     draft_.tokens.clear();
     draft_limit_ = 0;
     draft_stopped_ = false;
@@ -280,6 +282,13 @@ int64_t Generator::begin_round(int64_t max_tokens, int batch_drafts, bool batch_
     ++stats_.rounds_at_length[draft_limit_];
     drafted_ = true;
     return draft_limit_;
+}
+
+void Generator::abandon_round() {
+    drafted_ = false;
+    awaiting_sample_ = false;
+    batch_chose_ = false;
+    if (seq_.cache().verify_pending()) seq_.commit(1);
 }
 
 bool Generator::draft_part(DraftPart & part) {

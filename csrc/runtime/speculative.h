@@ -128,6 +128,8 @@ public:
     // and how many rows.
     bool prompting() const { return prompting_; }
     int64_t prompt_left() const { return prompting_ ? (int64_t) prompt_.size() - prompt_at_ : 0; }
+    // The rows of that prompt the next round evaluates (a ubatch: Sequence::prompt_ubatch).
+    int64_t prompt_next_rows() const { return prompt_left() > 0 ? seq_.prompt_ubatch(prompt_left()) : 0; }
 
     // With n_probs >= 0, the log-probabilities of the tokens the last start(), step() or verify() returned, one per
     // token in order, from the target rows that produced them (runtime/token_probs.h); empty otherwise.
@@ -164,6 +166,12 @@ private:
     void step_ran(double ms);
     TrunkPart verify_part(int64_t n_keep);
     std::vector<int32_t> verify_ran(const uint32_t * masks, double ms, bool timed, bool batched);
+    // Leaves the round a phase of it threw in (Batch): the round's state cleared, a pending verify pass committed to
+    // its first row (the token the last round emitted, evaluated), so that the sequence is whole for what comes
+    // next.
+    void abandon_round();
+    // An adaptive generator whose own policy finds that drafting can pay (a batch's policy may still choose for it).
+    bool adapts() const { return chain_ && policy_ && policy_->can_pay(); }
     // Whether this round's drafting is at a step whose draft is not drawn yet.
     bool drafting_step() const { return drafted_ && chain_began_ && awaiting_sample_; }
 

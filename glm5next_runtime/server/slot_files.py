@@ -74,7 +74,7 @@ def create_slot_router(pool: SlotPool, save_dir: Path | None) -> APIRouter:
             if action == "restore":
                 return await anyio.to_thread.run_sync(restore, model, path, index)
             n_erased = len(model.tokens)
-            model.reset()
+            await anyio.to_thread.run_sync(model.reset)  # waits for the engine: the other slots may be running
             return {"id_slot": index, "n_erased": n_erased}
         finally:
             pool.release(model)
