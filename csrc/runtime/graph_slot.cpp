@@ -137,10 +137,19 @@ GraphSlot & GraphSlots::of(const GraphShape & shape) {
             return *f.slot;
         }
     }
-    if (few_.size() >= kFewSlots) {  // the least recently used goes (never the one that ran last: kFewSlots > 1)
+    if (few_.size() >= kFewSlots) {
+        // the least recently used serves the new class (never the one that ran last: kFewSlots > 1): its scheduler
+        // and compute buffers are kept and grown if need be, not freed and made again (batched draft-MTP rounds
+        // change class often: the rows of every sequence's step 0 follow what it accepted)
         auto lru = few_.end();
         for (auto it = few_.begin(); it != few_.end(); ++it) {
             if (!pinned(it->slot.get()) && (lru == few_.end() || it->last_use < lru->last_use)) lru = it;
+        }
+        if (lru != few_.end() && lru->slot->n_nodes() >= nodes_per_part_ * n_parts) {
+            lru->slot->clear();
+            lru->shape_class = shape_class;
+            lru->last_use = uses_;
+            return *lru->slot;
         }
         if (lru != few_.end()) {
             built_by_evicted_ += lru->slot->n_built();
