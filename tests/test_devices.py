@@ -167,3 +167,33 @@ def test_separate_draft_file_is_placed_too(checkpoints, devices, draft_on):
     plain = m.generate(PROMPT, max_tokens=40, temperature=0, spec_n_max=0).tokens
     spec = m.generate(PROMPT, max_tokens=40, temperature=0)
     assert spec.tokens == plain and spec.metrics["n_accepted"] > 0
+
+
+@pytest.mark.parametrize("placement", ["ngl-all", "ngl-all-cpu-moe", "ngl-partial"])
+def test_sequences_batched_on_a_placed_model_decode_as_alone(predictable_gguf, devices, placement):
+    """The slots' rounds batched (glm5next_runtime/scheduler.py) on a model placed on devices: each sequence's part
+    of a graph runs on the devices of its layers, with ggml's standard ops there. Those multiply several rows with
+    the device's own kernels, which need not round as one row alone does (on the CPU a row's bits are its bits
+    alone, graph/parts.h): here greedy tokens are held equal and log-probabilities close (f32)."""
+    from glm5next_runtime import Model
+    from glm5next_runtime.scheduler import Scheduler
+    a, b = (device_name(e) for e in devices)
+    first = Model(predictable_gguf, n_ctx=512, n_batch=32, n_threads=2, draft_adaptive=False,
+                  **PLACEMENTS[placement](a, b))
+    models = [first, first.another_sequence(), first.another_sequence()]
+    prompts = [random_tokens(20 + 30 * i, seed=50 + i) for i in range(3)]
+
+    def job(i: int):
+        return models[i].generation(prompts[i], max_tokens=40, temperature=0, spec_n_max=3, cache_prompt=False,
+                                    logprobs=1)
+
+    want = [job(i).run_to_end() for i in range(3)]
+    scheduler = Scheduler(64).start()
+    try:
+        got = [h.stream.finish() for h in [scheduler.submit(job(i)) for i in range(3)]]
+    finally:
+        scheduler.close()
+    assert max(scheduler.rows_per_step) == 3
+    for g, w in zip(got, want):
+        assert g.tokens == w.tokens
+        assert np.abs(np.array([e.logprob for e in g.logprobs]) - [e.logprob for e in w.logprobs]).max() <= 1e-4

@@ -136,6 +136,7 @@ int64_t Engine::n_graphs_built() const {
 void Engine::detach(const Sequence * seq) {
     std::lock_guard<std::recursive_mutex> lock(mutex_);
     sequences_.erase(std::remove(sequences_.begin(), sequences_.end(), seq), sequences_.end());
+    graphs_->buffers_changed();  // its caches' buffers are freed (on the devices of their layers)
 }
 
 void Engine::release_snapshots(const GraphSlot * slot) {

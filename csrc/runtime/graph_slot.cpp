@@ -22,8 +22,8 @@ GraphShape GraphShape::slot_class() const {
     return out;
 }
 
-GraphSlot::GraphSlot(std::vector<ggml_backend_t> & backends, ggml_backend_t cpu, size_t n_nodes)
-    : cpu_(cpu), n_nodes_(n_nodes), several_(backends.size() > 1),
+GraphSlot::GraphSlot(std::vector<ggml_backend_t> & backends, ggml_backend_t cpu, size_t n_nodes, BufferEpoch & epoch)
+    : epoch_(epoch), backends_(backends), cpu_(cpu), n_nodes_(n_nodes), several_(backends.size() > 1),
       meta_size_(ggml_tensor_overhead() * n_nodes * 2 + ggml_graph_overhead_custom(n_nodes, false)),
       meta_(new uint8_t[meta_size_]) {
     // op_offload off: a weight on the CPU keeps its op on the CPU (placement decides, not batch size).
@@ -33,7 +33,20 @@ GraphSlot::GraphSlot(std::vector<ggml_backend_t> & backends, ggml_backend_t cpu,
 GraphSlot::~GraphSlot() {
     clear();
     ggml_backend_sched_free(sched_);
+    ++epoch_.value;  // its buffers are freed
 }
+
+bool GraphSlot::alloc_graph(ggml_cgraph * gf) {
+    std::vector<size_t> before;
+    for (ggml_backend_t b : backends_) before.push_back(ggml_backend_sched_get_buffer_size(sched_, b));
+    const bool ok = ggml_backend_sched_alloc_graph(sched_, gf);
+    for (size_t i = 0; i < backends_.size(); ++i) {
+        if (ggml_backend_sched_get_buffer_size(sched_, backends_[i]) != before[i]) ++epoch_.value;
+    }
+    allocated_at_ = epoch_.value;
+    return ok;
+}
+
 
 void GraphSlot::clear() {
     trunk_.reset();
@@ -75,6 +88,7 @@ void GraphSlot::pin_custom_ops(ggml_cgraph * gf) {
 void GraphSlot::reserve(ggml_cgraph * gf, const std::string & what) {
     pin_custom_ops(gf);
     const bool ok = ggml_backend_sched_reserve(sched_, gf);
+    ++epoch_.value;  // (its buffers may have grown)
     clear();
     if (!ok) throw std::runtime_error("cannot allocate the compute buffers for " + what);
 }
@@ -84,7 +98,7 @@ void GraphSlot::alloc(ggml_cgraph * gf, const GraphShape & shape, bool profile) 
     ggml_backend_sched_reset(sched_);
     pin_custom_ops(gf);
     const GraphSources sources = profile ? graph_sources(gf) : GraphSources{};
-    if (!ggml_backend_sched_alloc_graph(sched_, gf)) {
+    if (!alloc_graph(gf)) {
         clear();
         throw std::runtime_error("cannot allocate the compute buffers of a graph");
     }
@@ -106,7 +120,7 @@ GraphSlots::GraphSlots(std::vector<ggml_backend_t> & backends, ggml_backend_t cp
     : backends_(backends), cpu_(cpu), nodes_per_part_(nodes_per_part), batch_(new_slot(1)) {}
 
 std::unique_ptr<GraphSlot> GraphSlots::new_slot(size_t n_parts) {
-    return std::make_unique<GraphSlot>(backends_, cpu_, nodes_per_part_ * std::max<size_t>(1, n_parts));
+    return std::make_unique<GraphSlot>(backends_, cpu_, nodes_per_part_ * std::max<size_t>(1, n_parts), epoch_);
 }
 
 bool GraphSlots::pinned(const GraphSlot * slot) const {

@@ -46,18 +46,31 @@ struct GraphShape {
     GraphShape slot_class() const;
 };
 
+// The device buffers of an engine's schedulers (and caches) changed: a count that every slot compares with the one it
+// allocated its graph at (GraphSlot::refresh). Why: ggml's RPC server forgets the graphs it keeps for recomputing
+// whenever any buffer of its is freed, while the client side, which asks for a recompute of the last graph it sent a
+// device by that graph's id, does not know (ggml-rpc.cpp, rpc_server::free_buffer; ggml_backend_rpc_graph_compute):
+// a graph of one slot run again after another slot's buffers were reallocated asked for a recompute the server could
+// not do, and ggml's RPC client ended the process. A graph built again gets new ids, which the server is sent in
+// full (allocating the same graph again is no way: ggml's allocator takes tensors that have memory as placed).
+struct BufferEpoch {
+    uint64_t value = 0;
+};
+
 class GraphSlot {
 public:
-    // A scheduler over `backends` (placement order, `cpu` last) for graphs of up to n_nodes nodes.
-    GraphSlot(std::vector<ggml_backend_t> & backends, ggml_backend_t cpu, size_t n_nodes);
+    // A scheduler over `backends` (placement order, `cpu` last) for graphs of up to n_nodes nodes; `epoch` (kept by
+    // reference) counts the changes of the engine's device buffers.
+    GraphSlot(std::vector<ggml_backend_t> & backends, ggml_backend_t cpu, size_t n_nodes, BufferEpoch & epoch);
     size_t n_nodes() const { return n_nodes_; }
     ~GraphSlot();
     GraphSlot(const GraphSlot &) = delete;
     GraphSlot & operator=(const GraphSlot &) = delete;
 
-    // The graph of `shape` when the slot holds it (still allocated: nothing else ran here since), else null.
-    TrunkGraph * trunk(const GraphShape & shape) { return shape_ == shape ? trunk_.get() : nullptr; }
-    DraftGraph * draft(const GraphShape & shape) { return shape_ == shape ? draft_.get() : nullptr; }
+    // The graph of `shape` when the slot holds it (still allocated: nothing else ran here since; with several
+    // backends, no device buffer changed since it was allocated: BufferEpoch), else null.
+    TrunkGraph * trunk(const GraphShape & shape) { return holds(shape) ? trunk_.get() : nullptr; }
+    DraftGraph * draft(const GraphShape & shape) { return holds(shape) ? draft_.get() : nullptr; }
 
     // Drops what the slot holds and returns an empty graph with the context to build it in, for alloc or reserve.
     TrunkGraph & new_trunk(ggml_context ** ctx);
@@ -83,7 +96,15 @@ public:
 private:
     ggml_context * begin();
     void pin_custom_ops(ggml_cgraph * gf);
+    // ggml_backend_sched_alloc_graph, counting in the epoch a change of the scheduler's buffers.
+    bool alloc_graph(ggml_cgraph * gf);
+    bool holds(const GraphShape & shape) const {
+        return shape_ == shape && (!several_ || allocated_at_ == epoch_.value);
+    }
 
+    BufferEpoch & epoch_;
+    uint64_t allocated_at_ = 0;  // the epoch the graph held was allocated at
+    std::vector<ggml_backend_t> & backends_;
     ggml_backend_sched_t sched_ = nullptr;
     ggml_backend_t cpu_;
     size_t n_nodes_;
@@ -131,6 +152,9 @@ public:
     std::vector<const GraphSlot *> all() const;
     int64_t n_built() const;  // graphs allocated in any slot, evicted ones included
     void clear();             // every slot forgets its graph
+    // Device buffers outside the slots changed (a sequence's caches freed): every slot's graph is allocated again
+    // before it runs (BufferEpoch).
+    void buffers_changed() { ++epoch_.value; }
 
 private:
     struct Few {
@@ -144,6 +168,7 @@ private:
     std::vector<ggml_backend_t> & backends_;
     ggml_backend_t cpu_;
     size_t nodes_per_part_;
+    BufferEpoch epoch_;  // before the slots: they keep a reference to it
     std::vector<const GraphSlot *> pinned_;
     std::unique_ptr<GraphSlot> batch_;  // replaced by a larger one for a graph of more parts than it holds
     std::vector<Few> few_;
