@@ -34,7 +34,10 @@ NO_THINK = {"chat_template_kwargs": {"enable_thinking": False}}
 
 @pytest.fixture(scope="module")
 def srv(predictable_gguf, tmp_path_factory):
-    server = Server(predictable_gguf, tmp_path_factory.mktemp("agents") / "server.log", "--metrics")
+    # fixed draft lengths: two tests count drafts, and adaptive lengths follow the machine's timings (a policy that
+    # judged drafting unprofitable on a busy machine drafts nothing)
+    server = Server(predictable_gguf, tmp_path_factory.mktemp("agents") / "server.log", "--metrics",
+                    "--spec-draft-adaptive", "off")
     yield server
     server.stop()
 
