@@ -1,6 +1,8 @@
 """Concurrent requests on -np slots (issue 24): the slots are sequences of one engine whose rounds run batched
 (glm5next_runtime/scheduler.py), and every request's tokens, draft_n and draft_n_accepted equal its run alone on the
-same server, greedy and seeded, with a 1,200-token prompt arriving while the others decode."""
+same server, greedy and seeded, with a 1,200-token prompt arriving while the others decode; and every graph of the
+server runs on its scheduler's thread (a second live thread running graphs slows them all: runtime/graph_threads.h).
+"""
 from __future__ import annotations
 
 import json
@@ -21,8 +23,9 @@ SAMPLING = {"greedy": {"temperature": 0}, "seeded": {"temperature": 0.9, "seed":
 @pytest.fixture(scope="module")
 def server(predictable_gguf, tmp_path_factory):
     log = tmp_path_factory.mktemp("concurrency") / "server.log"
-    # fixed draft lengths: adaptive ones follow the machine's timings, so draft_n would too
-    s = Server(predictable_gguf, log, "-np", "4", "--spec-type", "draft-mtp", "--spec-draft-adaptive", "off",
+    # fixed draft lengths: adaptive ones follow the machine's timings, so draft_n would too; two CPU threads: OpenMP
+    # teams (the engine warns when a second live thread runs graphs with one)
+    s = Server(predictable_gguf, log, "-t", "2", "-np", "4", "--spec-type", "draft-mtp", "--spec-draft-adaptive", "off",
                "-b", "256", "-ub", "256", n_ctx=4 * 2048)
     yield s
     s.stop()
@@ -72,3 +75,11 @@ def test_concurrent_requests_equal_their_runs_alone(server, sampling):
     for t in threads:
         t.join(TIMEOUT)
     assert [got[i] for i in range(len(SHORT) + 1)] == want
+
+
+def test_graphs_run_on_the_scheduler_thread_only(server):
+    # requests that reuse and save cached prompts (the prompt cache works on the request's worker thread)
+    for prompt in (SHORT[0], SHORT[0] + SHORT[1], SHORT[2]):
+        status, body = post_json(server, "/completion", {"prompt": prompt, "n_predict": 4, "cache_prompt": True})
+        assert status == 200, body
+    assert "ggml graphs now run on" not in server.log.read_text()

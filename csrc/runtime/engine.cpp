@@ -11,6 +11,7 @@
 #include "graph/draft_head.h"
 #include "graph/select_ops.h"
 #include "graph/trunk.h"
+#include "runtime/graph_threads.h"
 
 namespace glm5next {
 
@@ -263,6 +264,7 @@ void Engine::run_trunk(const std::vector<TrunkPart> & parts) {
     }
     TrunkGraph & g = *reused;
     g.set_inputs(tokens.data(), n_past);
+    note_graph_thread(params_.n_threads);
     slot.compute(profile_traffic_);
 
     const int64_t k = n_top_pool();
@@ -360,6 +362,7 @@ void Engine::run_draft(const std::vector<DraftPart> & parts) {
     }
     DraftGraph & g = *reused;
     g.set_inputs(hidden.data(), tokens.data(), pos0, saved, saved_p0);  // hidden is copied: out may be written now
+    note_graph_thread(params_.n_threads);
     slot.compute(profile_traffic_);
 
     size_t part_index = 0, group_index = 0;
