@@ -7,10 +7,12 @@ A call, as the GLM templates render it in the history and the model writes it:
 
 with optional newlines between the parts (GLM-4.5 writes them, later models do not). A VALUE is the text of a
 string argument as it is, and JSON for any other (the templates render `v | tojson` unless v is a string); which
-one is read from the tool's JSON schema (a parameter typed "string" stays text, any other is parsed as JSON when it
-parses). Several calls may follow each other; text around them is the reply's content. A call that does not parse
-(no name, a key without a value, a nested <tool_call>) stays in the content as it was written: a model's malformed
-output is shown, never a crash.
+one is read from the parameter's JSON schema (read_argument), as vLLM's and SGLang's GLM parsers read it, and also
+for the schemas they miss: a parameter that may be a string (`"string"`, `["string", "null"]`, an `anyOf` / `oneOf`
+with a string branch) stays text (`null` is None where null is allowed), an enum's value is one of its members, any
+other is JSON of its type, and a value that is not of its type stays text. Several calls may follow each other;
+text around them is the reply's content. A call that does not parse (no name, a key without a value, a nested
+<tool_call>) stays in the content as it was written: a model's malformed output is shown, never a crash.
 """
 from __future__ import annotations
 
@@ -32,28 +34,105 @@ class ToolCall:
     arguments: dict[str, Any]
 
 
-def string_parameters(tools: Sequence[Mapping[str, Any]]) -> dict[str, set[str]]:
+ArgumentSchemas = Mapping[str, Mapping[str, Any]]  # per function name: per parameter, its JSON schema
+
+_JSON_TYPES = frozenset({"string", "integer", "number", "boolean", "array", "object", "null"})
+
+
+def argument_schemas(tools: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
     """Per function name (OpenAI's tools list: {"type": "function", "function": {"name", "parameters"}}), the
-    parameters its JSON schema types as "string" (their values are read as text, not JSON)."""
-    out: dict[str, set[str]] = {}
+    JSON schemas of its parameters (`parameters.properties`); what is not a mapping is left out."""
+    out: dict[str, dict[str, Any]] = {}
     for tool in tools:
         fn = tool.get("function") or {}
         props = (fn.get("parameters") or {}).get("properties") or {}
-        out[fn.get("name", "")] = {k for k, v in props.items() if isinstance(v, Mapping) and v.get("type") == "string"}
+        out[fn.get("name", "")] = {k: v for k, v in props.items() if isinstance(v, Mapping)}
     return out
 
 
-def parse_call(body: str, strings: Mapping[str, set[str]]) -> ToolCall | None:
+def schema_types(schema: Mapping[str, Any]) -> frozenset[str] | None:
+    """The JSON types a parameter's schema admits: its "type" (a name or a list of names), the types of its "enum"
+    or "const" values, the union over its "anyOf" / "oneOf" branches; None when it does not say (no type, a "$ref",
+    a branch that does not say)."""
+    types: set[str] = set()
+    declared = schema.get("type")
+    if isinstance(declared, str):
+        types.add(declared)
+    elif isinstance(declared, list):
+        types.update(t for t in declared if isinstance(t, str))
+    for values in ([schema["const"]] if "const" in schema else [], schema.get("enum") or []):
+        types.update(_type_of(v) for v in values)
+    for key in ("anyOf", "oneOf"):
+        for branch in schema.get(key) or []:
+            branch_types = schema_types(branch) if isinstance(branch, Mapping) else None
+            if branch_types is None:
+                return None
+            types |= branch_types
+    types &= _JSON_TYPES
+    return frozenset(types) if types else None
+
+
+def read_argument(text: str, schema: Mapping[str, Any] | None) -> Any:
+    """An <arg_value>'s text as the value of a parameter of `schema` (None: a parameter the tool does not declare):
+    - an enum's (or const's) member that the text names: as written when it is a string member, else as JSON;
+    - `null` where null is admitted: None (the templates render None with tojson);
+    - a parameter that admits a string: the text as it is;
+    - any other: the text parsed as JSON (Python's True / False too for a boolean, as models may write them; an
+      integral number for an integer) when that is of an admitted type, else the text;
+    - a schema that says no type (schema_types is None): JSON when the text parses, else the text."""
+    types = schema_types(schema) if schema is not None else None
+    if types is None:
+        return _json_or_text(text)
+    members = schema_members(schema)
+    if text in members:
+        return text
+    try:
+        value = json.loads(text)
+    except ValueError:
+        value = {"True": True, "False": False}.get(text.strip(), text) if "boolean" in types else text
+    if any(_type_of(m) == _type_of(value) and m == value for m in members):  # (in Python True == 1)
+        return value
+    if "null" in types and value is None:
+        return None
+    if "string" in types:
+        return text
+    if isinstance(value, float) and value.is_integer() and "integer" in types and "number" not in types:
+        value = int(value)
+    admitted = _type_of(value) in types or (_type_of(value) == "integer" and "number" in types)
+    return value if admitted else text
+
+
+def schema_members(schema: Mapping[str, Any]) -> list[Any]:
+    """The values an "enum" or "const" schema admits ([] for any other)."""
+    return [schema["const"]] if "const" in schema else list(schema.get("enum") or [])
+
+
+def _type_of(value: Any) -> str:
+    """The JSON type name of a parsed JSON value."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    return "array" if isinstance(value, list) else "object"
+
+
+def parse_call(body: str, schemas: ArgumentSchemas) -> ToolCall | None:
     """The call written between <tool_call> and </tool_call>, or None when `body` is not one (module docstring).
-    strings: string_parameters of the request's tools."""
+    schemas: argument_schemas of the request's tools."""
     name = _NAME.match(body)
     if name is None or CALL_OPEN in body:
         return None
     at, args = name.end(), {}
-    text_params = strings.get(name.group(1), set())
+    params = schemas.get(name.group(1), {})
     while (arg := _ARG.match(body, at)) is not None:
         key, value = arg.group(1).strip(), arg.group(2)
-        args[key] = value if key in text_params else _json_or_text(value)
+        args[key] = read_argument(value, params.get(key))
         at = arg.end()
     if body[at:].strip():  # something that is not an argument
         return None
@@ -72,9 +151,9 @@ class ToolCallSplitter:
     a ToolCall. A tail that may still grow into <tool_call> is held back until it is decided, and a call is held
     until it closes (so no piece of the markup leaks into the content)."""
 
-    def __init__(self, strings: Mapping[str, set[str]]):
-        """strings: string_parameters of the request's tools."""
-        self._strings = strings
+    def __init__(self, schemas: ArgumentSchemas):
+        """schemas: argument_schemas of the request's tools."""
+        self._schemas = schemas
         self._pending = ""
 
     def feed(self, text: str) -> tuple[str, list[ToolCall]]:
@@ -99,7 +178,7 @@ class ToolCallSplitter:
                 out.append(self._pending[:start])
                 self._pending = self._pending[start:]
                 return [p for p in out if p != ""]
-            call = parse_call(self._pending[start + len(CALL_OPEN):end], self._strings)
+            call = parse_call(self._pending[start + len(CALL_OPEN):end], self._schemas)
             written = self._pending[start:end + len(CALL_CLOSE)]
             out += [self._pending[:start] + ("" if call else written)] + ([call] if call else [])
             self._pending = self._pending[end + len(CALL_CLOSE):]
@@ -115,9 +194,9 @@ def _partial_suffix(text: str, tag: str) -> int:
     return next((n for n in range(min(len(text), len(tag) - 1), 0, -1) if tag.startswith(text[-n:])), 0)
 
 
-def split_tool_calls(text: str, strings: Mapping[str, set[str]]) -> tuple[str, list[ToolCall]]:
-    """(content, calls) of a whole reply's content."""
-    splitter = ToolCallSplitter(strings)
+def split_tool_calls(text: str, schemas: ArgumentSchemas) -> tuple[str, list[ToolCall]]:
+    """(content, calls) of a whole reply's content; schemas: argument_schemas of the request's tools."""
+    splitter = ToolCallSplitter(schemas)
     content, calls = splitter.feed(text)
     return content + splitter.flush(), calls
 

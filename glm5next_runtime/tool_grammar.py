@@ -4,16 +4,19 @@ named function asks (issue 13 item 4): the reply is one or more calls and nothin
 It is Lark for llguidance (grammar.Grammar.from_gbnf takes it). A call is `<tool_call>NAME`, then the function's
 parameters in its schema's order (a required one always, an optional one may be left out) as
 `<arg_key>KEY</arg_key><arg_value>VALUE</arg_value>`, then `</tool_call>`, with the optional newlines GLM-4.5 writes
-between the parts. A VALUE follows the parameter's JSON schema: JSON for any type but a plain string (the templates
-write `v | tojson`), the text itself for a string (ended by `</arg_value>`, at most its maxLength characters); an
-`enum` of strings is one of them. `<tool_call>` and the other tags are text to llguidance (GLM's files mark them
-user-defined, not control), so the model may write them as its single tokens.
+between the parts. A VALUE follows the parameter's JSON schema as tool_calls.read_argument reads it back: one of an
+`enum`'s members, the text itself for a parameter that admits a string (ended by `</arg_value>`, at most its
+maxLength characters), JSON of the schema for any other (the templates write `v | tojson` unless v is a string).
+`<tool_call>` and the other tags are text to llguidance (GLM's files mark them user-defined, not control), so the
+model may write them as its single tokens.
 """
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from .tool_calls import schema_members, schema_types
 
 NL = '"\\n"?'  # an optional newline between the parts
 
@@ -46,15 +49,30 @@ def tool_call_grammar(tools: Sequence[Mapping[str, Any]], name: str | None = Non
 
 def _value(rule: str, schema: Any, rules: list[str]) -> str:
     """The grammar of one argument value up to and including its `</arg_value>` (a rule named `rule` added to
-    `rules`); returns what the argument's rule writes for it."""
+    `rules`); returns what the argument's rule writes for it. The value is written as tool_calls.read_argument reads
+    it: an enum's members (a string as it is, any other as JSON), the text itself for a parameter that admits a
+    string, JSON of the schema for any other."""
     schema = schema if isinstance(schema, Mapping) else {}
-    if schema.get("type") == "string" and "enum" in schema:
-        rules.append(f"{rule}: " + " | ".join(json.dumps(str(v)) for v in schema["enum"]))
+    if members := schema_members(schema):
+        texts = [m if isinstance(m, str) else json.dumps(m) for m in members]
+        rules.append(f"{rule}: " + " | ".join(json.dumps(t) for t in texts))
         return f'{rule} "</arg_value>"'
-    if schema.get("type") == "string":
-        limit = schema.get("maxLength")
+    if "string" in (schema_types(schema) or ()):
+        limit = _max_length(schema)
         text = "(.|\\n)" + ("*" if not isinstance(limit, int) else f"{{0,{limit}}}")
         rules.append(f'{rule}[suffix="</arg_value>"]: /{text}/')
         return rule
     rules.append(f"{rule}: %json {json.dumps(dict(schema))}")
     return f'{rule} "</arg_value>"'
+
+
+def _max_length(schema: Mapping[str, Any]) -> int | None:
+    """The most characters a string value of `schema` has: its maxLength, or the largest of its string branches'
+    (anyOf / oneOf); None when one of them says none."""
+    branches = [b for key in ("anyOf", "oneOf") for b in schema.get(key) or [] if isinstance(b, Mapping)]
+    strings = [b for b in branches if "string" in (schema_types(b) or ())]
+    if not strings:
+        limit = schema.get("maxLength")
+        return limit if isinstance(limit, int) else None
+    limits = [_max_length(b) for b in strings]
+    return None if None in limits else max(limits)  # type: ignore[type-var]

@@ -27,7 +27,7 @@ from glm5next_runtime.server.openai_responses_replies import ResponsesReply
 from glm5next_runtime.server.responses import ChatReply
 from glm5next_runtime.server.slot_tasks import SlotTask
 from glm5next_runtime.server.tool_replies import ToolCalls
-from glm5next_runtime.tool_calls import string_parameters
+from glm5next_runtime.tool_calls import argument_schemas
 from live_server import TIMEOUT, Server, post_json
 
 N = 16
@@ -221,7 +221,7 @@ def test_what_responses_function_calling_cannot_take_is_a_400_naming_it(srv, bod
 
 # ------------------------------------------------------------------------------------------ replies in-process
 
-TOOLS = ToolCalls(string_parameters(CHAT_TOOLS))
+TOOLS = ToolCalls(argument_schemas(CHAT_TOOLS))
 # GLM-4.5's spelling (newlines between the parts), then the later one; text before, whitespace around the calls
 REPLY = ("plan</think>\nLet me check both.\n<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris"
          "</arg_value>\n<arg_key>days</arg_key>\n<arg_value>2</arg_value>\n</tool_call>\n<tool_call>get_weather"
@@ -318,7 +318,7 @@ def test_the_apis_return_the_calls_chat_completions_returns():
 
 
 def test_without_parallel_calls_only_the_first_call_is_returned():
-    single = ToolCalls(TOOLS.strings, parallel=False)
+    single = ToolCalls(TOOLS.schemas, parallel=False)
     blocks = bound(AnthropicReply("m", True, [], lambda ids: "", single)).whole(finished(REPLY))["content"]
     assert [b["input"] for b in blocks if b["type"] == "tool_use"] == [CALLS[0][1]]
     events = streamed(ResponsesReply("m", True, {}, single), REPLY)

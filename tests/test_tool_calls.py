@@ -1,6 +1,7 @@
 """GLM's tool-call markup read back into calls (glm5next_runtime/tool_calls.py) and a chat reply's tool_calls in
 OpenAI's shape (server/tool_replies.py, server/responses.py ChatReply), on model-independent text: whole replies,
-the same replies streamed in every split, GLM-4.5's and later spellings, and malformed markup that stays content."""
+the same replies streamed in every split, GLM-4.5's and later spellings, malformed markup that stays content, and
+arguments typed by their parameters' JSON schemas (a table over the schema kinds, whole and streamed)."""
 from __future__ import annotations
 
 import json
@@ -11,12 +12,12 @@ import pytest
 from glm5next_runtime.generate import GenerationResult
 from glm5next_runtime.server.responses import ChatReply
 from glm5next_runtime.server.tool_replies import ToolCalls
-from glm5next_runtime.tool_calls import ToolCall, ToolCallSplitter, call_markup, split_tool_calls, string_parameters
+from glm5next_runtime.tool_calls import ToolCall, ToolCallSplitter, call_markup, split_tool_calls, argument_schemas
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {
     "city": {"type": "string"}, "days": {"type": "integer"}, "units": {"type": "object"}}}}},
          {"type": "function", "function": {"name": "echo", "parameters": {"properties": {"text": {"type": "string"}}}}}]
-STRINGS = string_parameters(TOOLS)
+SCHEMAS = argument_schemas(TOOLS)
 TWO_CALLS = ("Let me check. <tool_call>get_weather<arg_key>city</arg_key><arg_value>Paris</arg_value>"
              "<arg_key>days</arg_key><arg_value>3</arg_value></tool_call><tool_call>echo<arg_key>text</arg_key>"
              "<arg_value>42</arg_value></tool_call>")
@@ -25,18 +26,18 @@ WANT = [ToolCall("get_weather", {"city": "Paris", "days": 3}), ToolCall("echo", 
 
 def test_calls_and_content_of_a_whole_reply():
     """A string parameter stays text ("42" for echo), any other is JSON (3 for days)."""
-    assert split_tool_calls(TWO_CALLS, STRINGS) == ("Let me check. ", WANT)
+    assert split_tool_calls(TWO_CALLS, SCHEMAS) == ("Let me check. ", WANT)
 
 
 def test_glm45_newlines_between_the_parts():
     text = ("<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>New York</arg_value>\n<arg_key>units"
             "</arg_key>\n<arg_value>{\"temp\": \"C\"}</arg_value>\n</tool_call>")
-    assert split_tool_calls(text, STRINGS) == ("", [ToolCall("get_weather", {"city": "New York",
+    assert split_tool_calls(text, SCHEMAS) == ("", [ToolCall("get_weather", {"city": "New York",
                                                                              "units": {"temp": "C"}})])
 
 
 def test_a_call_without_arguments_and_an_unknown_function():
-    assert split_tool_calls("<tool_call>now</tool_call>", STRINGS) == ("", [ToolCall("now", {})])
+    assert split_tool_calls("<tool_call>now</tool_call>", SCHEMAS) == ("", [ToolCall("now", {})])
 
 
 @pytest.mark.parametrize("text", [
@@ -47,7 +48,7 @@ def test_a_call_without_arguments_and_an_unknown_function():
     "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Par",                  # cut off
 ])
 def test_malformed_markup_stays_content(text):
-    content, calls = split_tool_calls(text, STRINGS)
+    content, calls = split_tool_calls(text, SCHEMAS)
     assert content == text and calls == []
 
 
@@ -56,7 +57,7 @@ def test_a_stream_split_anywhere_gives_the_whole_replys_calls(seed):
     rng = random.Random(seed)
     cuts = sorted(rng.sample(range(1, len(TWO_CALLS)), rng.randint(1, 30)))
     pieces = [TWO_CALLS[a:b] for a, b in zip([0] + cuts, cuts + [len(TWO_CALLS)])]
-    splitter, content, calls = ToolCallSplitter(STRINGS), "", []
+    splitter, content, calls = ToolCallSplitter(SCHEMAS), "", []
     for piece in pieces:
         text, done = splitter.feed(piece)
         assert "<" not in text  # no piece of the markup leaks into the content
@@ -64,9 +65,83 @@ def test_a_stream_split_anywhere_gives_the_whole_replys_calls(seed):
     assert (content + splitter.flush(), calls) == ("Let me check. ", WANT)
 
 
+# A parameter per schema kind (issue 25, item 4), and what the model's text for it reads as: strings stay text,
+# whatever else they look like; typed values are JSON of their type; a value that is not of its type stays text.
+KINDS = {
+    "string": {"type": "string"},
+    "nullable": {"type": ["string", "null"]},
+    "any_of": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+    "one_of": {"oneOf": [{"type": "string", "format": "date"}, {"type": "integer"}]},
+    "str_enum": {"enum": ["fast", "slow", "1"]},
+    "mixed_enum": {"enum": [1, 2, "auto"]},
+    "int_enum": {"enum": [1, 2]},
+    "integer": {"type": "integer"},
+    "number": {"type": "number"},
+    "boolean": {"type": "boolean"},
+    "array": {"type": "array", "items": {"type": "string"}},
+    "object": {"type": "object"},
+    "int_or_null": {"type": ["integer", "null"]},
+    "untyped": {"description": "anything"},
+    "ref": {"$ref": "#/definitions/thing"},
+}
+TYPED_TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": KINDS}}}]
+TABLE = [  # (parameter, the text the model writes, the argument)
+    ("string", "123", "123"), ("string", "true", "true"), ("string", '{"a": 1}', '{"a": 1}'),
+    ("string", "null", "null"), ("string", " padded ", " padded "),
+    ("nullable", "123", "123"), ("nullable", "true", "true"), ("nullable", "null", None), ("nullable", "x", "x"),
+    ("any_of", "123", "123"), ("any_of", "false", "false"), ("any_of", "null", None),
+    ("one_of", "2024-12-25", "2024-12-25"), ("one_of", "7", "7"),
+    ("str_enum", "1", "1"), ("str_enum", "fast", "fast"),
+    ("mixed_enum", "2", 2), ("mixed_enum", "auto", "auto"), ("mixed_enum", "true", "true"),
+    ("int_enum", "true", "true"), ("int_enum", "1", 1),
+    ("integer", "3", 3), ("integer", "3.0", 3), ("integer", "3.5", "3.5"), ("integer", "three", "three"),
+    ("integer", "true", "true"), ("integer", '"3"', '"3"'),
+    ("number", "2.5", 2.5), ("number", "2", 2), ("number", "1e3", 1000.0), ("number", "abc", "abc"),
+    ("boolean", "true", True), ("boolean", "False", False), ("boolean", "1", "1"), ("boolean", "yes", "yes"),
+    ("array", '["a", "b"]', ["a", "b"]), ("array", "a, b", "a, b"), ("array", '{"a": 1}', '{"a": 1}'),
+    ("object", '{"a": [1, null]}', {"a": [1, None]}), ("object", "[1]", "[1]"), ("object", "{broken", "{broken"),
+    ("int_or_null", "null", None), ("int_or_null", "4", 4), ("int_or_null", "four", "four"),
+    ("untyped", "5", 5), ("untyped", "text", "text"), ("ref", "[1]", [1]),
+    ("undeclared", "5", 5), ("undeclared", "words", "words"),
+]
+
+
+def table_reply() -> tuple[str, list[ToolCall]]:
+    """Every row of TABLE as a call of its own, and the calls it reads as."""
+    text = "".join(f"<tool_call>f<arg_key>{p}</arg_key><arg_value>{v}</arg_value></tool_call>" for p, v, _ in TABLE)
+    return text, [ToolCall("f", {p: want}) for p, _, want in TABLE]
+
+
+def test_arguments_are_typed_by_their_schema_whole():
+    text, want = table_reply()
+    content, calls = split_tool_calls(text, argument_schemas(TYPED_TOOLS))
+    assert content == ""
+    for (param, value, _), got, expected in zip(TABLE, calls, want):
+        assert (got.arguments[param], type(got.arguments[param])) == (expected.arguments[param],
+                                                                      type(expected.arguments[param])), (param, value)
+
+
+def test_arguments_are_typed_by_their_schema_streamed_token_by_token():
+    text, want = table_reply()
+    splitter, calls = ToolCallSplitter(argument_schemas(TYPED_TOOLS)), []
+    for i in range(0, len(text), 3):
+        calls += splitter.feed(text[i:i + 3])[1]
+    assert splitter.flush() == "" and calls == want
+
+
+def test_typed_arguments_in_openai_tool_calls():
+    """The chat reply's JSON `arguments` text carries the types (a nullable string "123" stays a JSON string)."""
+    text = ("<tool_call>f<arg_key>nullable</arg_key><arg_value>123</arg_value><arg_key>integer</arg_key>"
+            "<arg_value>7</arg_value><arg_key>boolean</arg_key><arg_value>true</arg_value></tool_call>")
+    typed = ChatReply("m", pieces=None, reasoning=False, tools=ToolCalls(argument_schemas(TYPED_TOOLS)))  # type: ignore[arg-type]
+    message = typed.whole(result(text))["choices"][0]["message"]
+    assert json.loads(message["tool_calls"][0]["function"]["arguments"]) == {"nullable": "123", "integer": 7,
+                                                                            "boolean": True}
+
+
 def test_call_markup_reads_back():
     args = {"city": "Oslo", "days": 2, "units": {"t": "C"}}
-    assert split_tool_calls(call_markup("get_weather", args), STRINGS)[1] == [ToolCall("get_weather", args)]
+    assert split_tool_calls(call_markup("get_weather", args), SCHEMAS)[1] == [ToolCall("get_weather", args)]
 
 
 def result(text: str, finish: str = "stop") -> GenerationResult:
@@ -79,7 +154,7 @@ def result(text: str, finish: str = "stop") -> GenerationResult:
 
 
 def reply(parallel: bool = True) -> ChatReply:
-    return ChatReply("m", pieces=None, reasoning=False, tools=ToolCalls(STRINGS, parallel))  # type: ignore[arg-type]
+    return ChatReply("m", pieces=None, reasoning=False, tools=ToolCalls(SCHEMAS, parallel))  # type: ignore[arg-type]
 
 
 def test_a_whole_chat_reply_carries_openai_tool_calls():

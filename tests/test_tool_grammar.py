@@ -9,7 +9,7 @@ import pytest
 from conftest import ROOT
 from glm5next_runtime.generate import end_of_generation_ids
 from glm5next_runtime.grammar import Grammar
-from glm5next_runtime.tool_calls import split_tool_calls, string_parameters
+from glm5next_runtime.tool_calls import argument_schemas, split_tool_calls
 from glm5next_runtime.tool_grammar import tool_call_grammar
 
 BUNDLED = ROOT / "models" / "glm5next-small"
@@ -18,8 +18,14 @@ WEATHER = {"type": "object", "properties": {"city": {"type": "string", "maxLengt
                                             "unit": {"type": "string", "enum": ["c", "f"]}},
            "required": ["city", "days"]}
 TIME = {"type": "object", "properties": {"tz": {"type": "string", "maxLength": 10}}, "required": ["tz"]}
+# the schema kinds whose values are text although not plainly "string" (tool_calls.read_argument)
+NOTE = {"type": "object", "properties": {"text": {"type": ["string", "null"], "maxLength": 12},
+                                         "tag": {"anyOf": [{"type": "string", "maxLength": 8}, {"type": "null"}]},
+                                         "level": {"enum": [1, 2, "auto"]}},
+        "required": ["text", "tag", "level"]}
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": WEATHER}},
-         {"type": "function", "function": {"name": "get_time", "parameters": TIME}}]
+         {"type": "function", "function": {"name": "get_time", "parameters": TIME}},
+         {"type": "function", "function": {"name": "note", "parameters": NOTE}}]
 PROMPTS = ["[gMASK]<sop><|user|>\nWhat is the weather in Paris?<|assistant|>\n", "def main():\n    "]
 
 
@@ -34,7 +40,7 @@ def model(tmp_path_factory):
     return Model(gguf, n_ctx=1024, n_threads=1, spec_type="draft-mtp", draft_n_max=3)
 
 
-@pytest.mark.parametrize("name", [None, "get_weather", "get_time"])
+@pytest.mark.parametrize("name", [None, "get_weather", "get_time", "note"])
 def test_a_forced_call_is_glms_markup_of_the_asked_function(model, name):
     grammar = Grammar.from_gbnf(model.tokenizer, end_of_generation_ids(model.tokenizer),
                                 tool_call_grammar(TOOLS, name, parallel=False))
@@ -43,7 +49,7 @@ def test_a_forced_call_is_glms_markup_of_the_asked_function(model, name):
         spec = model.generate(prompt, max_tokens=96, temperature=0, grammar=grammar, spec_n_max=3, special=True)
         plain = model.generate(prompt, max_tokens=96, temperature=0, grammar=grammar, spec_n_max=0, special=True)
         assert spec.finish_reason == "stop" and spec.tokens == plain.tokens
-        content, calls = split_tool_calls(spec.text, string_parameters(TOOLS))
+        content, calls = split_tool_calls(spec.text, argument_schemas(TOOLS))
         assert content == "" and len(calls) == 1, spec.text
         assert name in (None, calls[0].name)
         jsonschema.validate(calls[0].arguments, schemas[calls[0].name])

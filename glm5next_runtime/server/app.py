@@ -40,7 +40,7 @@ from ..generate import GenerationResult, GenerationStream
 from ..model import Model
 from ..prompt import PromptError, PromptTooLongError, check_prompt, check_prompt_text
 from ..scheduler import ScheduledGeneration, Scheduler
-from ..tool_calls import string_parameters
+from ..tool_calls import argument_schemas
 from ..user_text import ControlTokenGuard
 from .anthropic import create_anthropic_router
 from .auth import APIKeyMiddleware
@@ -169,7 +169,7 @@ def create_app(pool: SlotPool, config: ServerConfig) -> FastAPI:
         tools = body.active_tools()
         return await generate_all(request, body, [ids], lambda _i: ChatReply(
             body.model or config.model_name, pieces, body.splits_reasoning() and opens_think_block(prompt),
-            body.include_usage(), ToolCalls(string_parameters(tools), body.parallel_tool_calls) if tools else None),
+            body.include_usage(), ToolCalls(argument_schemas(tools), body.parallel_tool_calls) if tools else None),
             "chat_completions", partial(merge_choices, per_prompt=body.choices()))
 
     @router.post("/v1/chat/completions/input_tokens")

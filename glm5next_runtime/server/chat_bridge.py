@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..tool_calls import string_parameters
+from ..tool_calls import argument_schemas
 from .errors import invalid_body
 from .request_defaults import RequestDefaults
 from .schemas import ChatRequest, Message
@@ -34,4 +34,4 @@ def as_chat(fields: dict[str, Any], sampling: RequestDefaults) -> ChatRequest:
 def reply_tools(chat: ChatRequest) -> ToolCalls | None:
     """How the reply to `chat` is read for tool calls, as chat completions reads it (None: no tools in the prompt)."""
     tools = chat.active_tools()
-    return ToolCalls(string_parameters(tools), chat.parallel_tool_calls) if tools else None
+    return ToolCalls(argument_schemas(tools), chat.parallel_tool_calls) if tools else None

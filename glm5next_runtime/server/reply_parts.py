@@ -46,7 +46,7 @@ class Parts:
 
     def __init__(self, reasoning: bool, tools: ToolCalls | None = None):
         self._splitter = ReasoningSplitter() if reasoning else None
-        self._calls = ToolCallSplitter(tools.strings) if tools is not None else None
+        self._calls = ToolCallSplitter(tools.schemas) if tools is not None else None
         self._parallel = tools is None or tools.parallel
         self._blank = ""  # with tools: whitespace held back until text follows it
         self.done: list[Part] = []

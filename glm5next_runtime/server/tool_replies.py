@@ -6,18 +6,17 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..tool_calls import ToolCall, ToolCallSplitter, split_tool_calls
+from ..tool_calls import ArgumentSchemas, ToolCall, ToolCallSplitter, split_tool_calls
 
 
 @dataclass(frozen=True)
 class ToolCalls:
-    """How a request's replies are read for calls. strings: tool_calls.string_parameters of its tools; parallel:
+    """How a request's replies are read for calls. schemas: tool_calls.argument_schemas of its tools; parallel:
     several calls may be returned (false: the first only, OpenAI's parallel_tool_calls)."""
-    strings: Mapping[str, set[str]]
+    schemas: ArgumentSchemas
     parallel: bool = True
 
 
@@ -34,7 +33,7 @@ def finish_reason(reason: str, n_calls: int) -> str:
 
 def whole_message(content: str, tools: ToolCalls) -> tuple[str | None, list[dict[str, Any]]]:
     """(content, tool_calls) of a whole reply's content: null content when only calls were made."""
-    text, calls = split_tool_calls(content, tools.strings)
+    text, calls = split_tool_calls(content, tools.schemas)
     calls = calls if tools.parallel else calls[:1]
     return (text.strip() or None) if calls else text, [openai_call(c) for c in calls]
 
@@ -45,7 +44,7 @@ class StreamedCalls:
 
     def __init__(self, tools: ToolCalls):
         self._tools = tools
-        self._splitter = ToolCallSplitter(tools.strings)
+        self._splitter = ToolCallSplitter(tools.schemas)
         self.n_calls = 0
 
     def feed(self, text: str) -> tuple[str, list[dict[str, Any]]]:
