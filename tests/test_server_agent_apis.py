@@ -204,15 +204,35 @@ def test_no_messages_is_the_templates_generation_prompt_alone(srv):
 
 
 def test_claude_codes_billing_stamp_does_not_change_the_prompt():
-    """The cch stamp changes on every request; blanked, the prompt (and the prompt cache) stays the same."""
-    def fields(stamp: str) -> dict:
-        system = [{"type": "text", "text": f"x-anthropic-billing-header: cc_version=2.1; cch={stamp};"},
-                  {"type": "text", "text": "You are Claude Code."}]
+    """The cch stamp and the version's fingerprint change on every request; blanked, the prompt (and the prompt
+    cache) stays the same. Header shapes from Claude Code's public captures: with and without a fingerprint."""
+    def fields(header: str) -> dict:
+        system = [{"type": "text", "text": header}, {"type": "text", "text": "You are Claude Code. cch=12345;"}]
         return CountTokensRequest.model_validate({"system": system, "messages": [{"role": "user", "content": "hi"}]})\
             .chat_fields()
-    assert fields("a5145") == fields("9e0c1")
-    system = fields("a5145")["messages"][0]["content"]
-    assert system == "x-anthropic-billing-header: cc_version=2.1; cch=fffff;You are Claude Code."
+    old = "x-anthropic-billing-header: cc_version=2.1; cch={};"
+    assert fields(old.format("a5145")) == fields(old.format("9e0c1"))
+    assert fields(old.format("a5145"))["messages"][0]["content"] == \
+        "x-anthropic-billing-header: cc_version=2.1; cch=fffff;You are Claude Code. cch=12345;"
+    new = "x-anthropic-billing-header: cc_version=2.1.138.{}; cc_entrypoint=cli; cch={};"
+    assert fields(new.format("fbe", "a39d0")) == fields(new.format("03c", "9e0c1"))
+    assert fields(new.format("fbe", "a39d0"))["messages"][0]["content"] == \
+        "x-anthropic-billing-header: cc_version=2.1.138.fff; cc_entrypoint=cli; cch=fffff;You are Claude Code. cch=12345;"
+
+
+def test_a_claude_code_request_resumes_past_its_changed_billing_header(srv):
+    """Claude Code's header opens the prompt and changes on every request (fingerprint and cch): the same
+    conversation sent again with a new header reads >= 90% of its input from the prompt cache (issue 25)."""
+    def usage(fingerprint: str, cch: str) -> dict:
+        header = f"x-anthropic-billing-header: cc_version=2.1.138.{fingerprint}; cc_entrypoint=cli; cch={cch};"
+        system = [{"type": "text", "text": header},
+                  {"type": "text", "text": "You are Claude Code, a coding agent. " * 20, "cache_control": {"type": "ephemeral"}}]
+        status, out = post_json(srv, "/v1/messages", anthropic_body(system=system, max_tokens=4))
+        assert status == 200, out
+        return out["usage"]
+    first = usage("fbe", "a39d0")
+    second = usage("03c", "9e0c1")
+    assert second["cache_read_input_tokens"] >= 0.9 * (first["input_tokens"] + first["cache_read_input_tokens"])
 
 
 @pytest.mark.parametrize("body, status, words", [

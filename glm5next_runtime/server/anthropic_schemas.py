@@ -13,8 +13,10 @@ alone, as llama-server answers it. Stricter than llama-server where it guesses: 
 (llama-server: 4096 when absent), and a block this server cannot read (image, document, ...) is a 400 naming it
 rather than dropped (llama-server: a 500, "image input is not supported" without a projector).
 
-Claude Code starts its system prompt with "x-anthropic-billing-header: ...; cch=XXXXX;", a stamp that changes on
-every request; as llama-server does, the stamp is written as fffff so that the prompt cache gets past it.
+Claude Code starts its system prompt with "x-anthropic-billing-header: cc_version=2.1.138.fbe; cc_entrypoint=cli;
+cch=a39d0;": the cch stamp and the fingerprint after the version (3 hex digits) change on every request. As
+llama-server writes the stamp as fffff, both are written as f's, so that the prompt cache gets past the header (it
+opens the prompt: a change there would leave nothing of the cache); llama-server keeps the fingerprint.
 """
 from __future__ import annotations
 
@@ -28,7 +30,8 @@ from .anthropic_tools import Tool, ToolChoice, tool_call, tool_fields, tool_mess
 from .errors import APIError
 from .schemas import STRICT
 
-BILLING_STAMP = re.compile(r"\A(x-anthropic-billing-header:.*?cch=)[^;]{5};")
+BILLING_HEADER = re.compile(r"\Ax-anthropic-billing-header:[^\n]*")  # its line
+BILLING_STAMPS = (re.compile(r"(cch=)([^;]{5});"), re.compile(r"(cc_version=\d+\.\d+\.\d+\.)([0-9a-fA-F]{3});"))
 
 
 class AnthropicMessage(BaseModel):
@@ -148,5 +151,12 @@ def block_text(block: Block, where: str, kinds: tuple[str, ...]) -> str:
 
 
 def blank_billing_stamp(text: str) -> str:
-    """Claude Code's billing header with its per-request cch stamp written as fffff (see the module docstring)."""
-    return BILLING_STAMP.sub(r"\1fffff;", text, count=1)
+    """Claude Code's billing header with its per-request cch stamp and version fingerprint written as f's (see the
+    module docstring); any other text as it is."""
+    header = BILLING_HEADER.match(text)
+    if header is None:
+        return text
+    line = header.group(0)
+    for stamp in BILLING_STAMPS:
+        line = stamp.sub(lambda m: m.group(1) + "f" * len(m.group(2)) + ";", line, count=1)
+    return line + text[header.end():]
