@@ -45,6 +45,8 @@ class GenerationResult:
         tokens that spelled a stop string are (text and tokens then differ by that string).
     finish_reason: "stop" (an end-of-generation token or a stop string) or "length" (max_tokens or n_ctx reached).
     metrics: n_prompt_tokens, n_cached_tokens (of those, resumed from the sequence's cache: not evaluated),
+        cache_source (where those came from: "checkpoint" (a context checkpoint), "sequence" (the sequence as the
+        last request left it) or "none"),
         n_generated (= len(tokens)), prompt_ms (prompt eval), decode_ms (the generation
         rounds: drafting, verifying, sampling), prompt_tokens_per_s, decode_tokens_per_s (0.0 when nothing was
         generated), and the draft-MTP counters n_drafts (rounds that carried drafts), n_drafted, n_accepted,
@@ -257,6 +259,7 @@ def _metrics(stats: dict, n_generated: int, decode_s: float) -> dict:
     out = {
         "n_prompt_tokens": stats["n_prompt_tokens"],
         "n_cached_tokens": stats["n_cached_tokens"],  # of the prompt, resumed from the sequence's cache
+        "cache_source": stats["cache_source"],
         "n_generated": n_generated,
         "prompt_ms": stats["prompt_ms"],
         "decode_ms": decode_s * 1e3,

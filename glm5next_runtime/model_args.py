@@ -153,7 +153,9 @@ def describe_model(model: Model, args: argparse.Namespace) -> list[str]:
              f"caches per slot: {model.sequence.cache_bytes / 2**20:.1f} MiB (n_ctx {model.n_ctx}: trunk and NextN "
              "layer)",
              f"prompt cache: up to {ck['max_count']} context checkpoints per slot, {ck['bytes_each'] / 2**20:.2f} MiB "
-             f"each (host memory)", f"speculation: {spec}"]
+             f"each (host memory): a chat turn adds up to 3 (its last user message, its generation prompt, its "
+             f"end) and one per {args.checkpoint_every_n_tokens} prompt tokens; at most "
+             f"{ck['max_count'] * ck['bytes_each'] / 2**20:.1f} MiB per slot", f"speculation: {spec}"]
     if args.n_gpu_layers > 0 and not model.devices:
         lines.insert(1, f"warning: -ngl {args.n_gpu_layers} but no offload device (no GPU in this ggml build, no "
                         "--rpc): everything runs on the CPU")

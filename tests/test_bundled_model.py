@@ -165,6 +165,33 @@ def test_server_writes_python(gguf, model, tmp_path):
     assert r.model_extra["timings"]["draft_n_accepted"] > 0
 
 
+def test_a_chat_through_the_openai_client_resumes_every_turn(gguf, tmp_path):
+    """Issue 25, as a new user meets it: the bundled template opens <think> in its generation prompt and renders an
+    earlier answer without it, so every next turn parts a few tokens before the last prompt's end. With the default
+    checkpoints (one every 8,192 tokens) turns 2-4 used to evaluate everything again; the checkpoint before the
+    generation prompt keeps them at <= 25% of their prompt, answering as cache_prompt false does."""
+    server = Server(gguf, tmp_path / "server.log", n_ctx=2048)
+    try:
+        client = server.client()
+        system = "You write short Python functions and explain them in one sentence. " * 100  # ~1,500 tokens
+        messages = [{"role": "system", "content": system}, {"role": "user", "content": "Write is_even(n)."}]
+        for turn in range(4):
+            reply = client.chat.completions.create(model="m", messages=messages, max_tokens=16, temperature=0)
+            usage = reply.usage
+            if turn == 0:
+                assert 1400 < usage.prompt_tokens < 1900, usage
+            else:
+                evaluated = usage.prompt_tokens - usage.prompt_tokens_details.cached_tokens
+                assert evaluated <= 0.25 * usage.prompt_tokens, (turn, usage)
+            again = client.chat.completions.create(model="m", messages=messages, max_tokens=16, temperature=0,
+                                                   extra_body={"cache_prompt": False})
+            assert again.choices[0].message == reply.choices[0].message
+            messages += [{"role": "assistant", "content": reply.choices[0].message.content},
+                         {"role": "user", "content": f"Now question {turn + 2}: write is_odd(n)."}]
+    finally:
+        server.stop()
+
+
 @pytest.mark.parametrize("n_max", [1, 3, 5])
 def test_greedy_draft_mtp_equals_plain_decoding(model, prompts, n_max):
     for prompt in prompts:

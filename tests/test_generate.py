@@ -40,7 +40,7 @@ def scripted(model: Model, monkeypatch, script: list[int]) -> None:
 
     class ScriptedGenerator:
         room = 1_000
-        stats = {"n_prompt_tokens": 1, "n_cached_tokens": 0, "prompt_ms": 1.0, "n_drafts": 0, "n_drafted": 0, "n_accepted": 0,
+        stats = {"n_prompt_tokens": 1, "n_cached_tokens": 0, "cache_source": "none", "prompt_ms": 1.0, "n_drafts": 0, "n_drafted": 0, "n_accepted": 0,
                  "acceptance_per_position": [], "drafted_at": [], "accepted_at": [], "rounds_at_length": [1],
                  "mean_accepted_length": 0.0,
                  "draft_ms": 0.0, "verify_ms": 0.0}
@@ -195,9 +195,10 @@ def test_metrics(model):
     keys = {"n_prompt_tokens", "n_generated", "prompt_ms", "decode_ms", "prompt_tokens_per_s", "decode_tokens_per_s"}
     spec = {"n_drafts", "n_drafted", "n_accepted", "acceptance_per_position", "drafted_at", "accepted_at",
             "rounds_at_length", "mean_accepted_length", "draft_ms", "verify_ms"}
-    assert set(got.metrics) == keys | spec | {"n_cached_tokens"}
+    assert set(got.metrics) == keys | spec | {"n_cached_tokens", "cache_source"}
     assert got.metrics["n_prompt_tokens"] == len(model.tokenize(PROMPT))
     assert 0 <= got.metrics["n_cached_tokens"] < got.metrics["n_prompt_tokens"]
+    assert got.metrics["cache_source"] == ("none" if got.metrics["n_cached_tokens"] == 0 else "sequence")
     assert got.metrics["n_generated"] == len(got.tokens) > 0
     assert all(got.metrics[k] > 0 for k in keys)
 

@@ -75,7 +75,7 @@ def test_continuing_the_sequence_evaluates_only_the_new_tokens(cached, fresh, sp
     evaluated = FIRST + first.tokens[:-1]  # the last generated token was sampled, never evaluated
     prompt = FIRST + first.tokens + [5, 6, 7]
     hit = cached.generate(prompt, max_tokens=N_GEN, **kw)
-    assert hit.metrics["n_cached_tokens"] == len(evaluated)
+    assert hit.metrics["n_cached_tokens"] == len(evaluated) and hit.metrics["cache_source"] == "sequence"
     want = fresh.generate(prompt, max_tokens=N_GEN, cache_prompt=False, **kw)
     assert hit.tokens == want.tokens
     if spec_n_max:
@@ -131,9 +131,9 @@ def test_cache_prompt_false_evaluates_everything(cached):
 
 def test_checkpoints_are_bounded(gguf):
     m = new_model(gguf, ctx_checkpoints=2)
-    m.generate(FIRST, max_tokens=2, temperature=0)  # prefill checkpoints at 24, 48, 72 and the prompt's end
+    m.generate(FIRST, max_tokens=2, temperature=0)  # prefill checkpoints at 24, 48, 68 (4 before a raw prompt's end), 72
     stats = m.checkpoints()
-    assert stats["count"] == 2 and stats["rows"] == [48, 72] and stats["max_count"] == 2
+    assert stats["count"] == 2 and stats["rows"] == [68, 72] and stats["max_count"] == 2
     assert stats["bytes"] == 2 * stats["bytes_each"] + 4 * m.n_vocab  # the prompt's end keeps its logits too
     hp = m.hparams  # one checkpoint: every KDA layer's conv window and state, and one hidden row (4 bytes each)
     n_kda = sum(1 for kv in hp["head_count_kv"][:hp["n_trunk"]] if kv == 0)
@@ -149,3 +149,59 @@ def test_no_checkpoints_still_resumes_the_sequence_as_it_is(gguf):
     assert r.metrics["n_cached_tokens"] == len(FIRST) + 3 and m.checkpoints()["count"] == 0
     r = m.generate(FIRST[:10] + [9], max_tokens=1, temperature=0, spec_n_max=0)
     assert r.metrics["n_cached_tokens"] == 0  # no checkpoint to go back to
+
+
+# ------------------------------------------------------------------------ where a chat's next turn parts (issue 25)
+
+def roles(m) -> dict[str, int]:
+    return {r: m.tokenize(f"<|{r}|>")[0] for r in ("system", "user", "assistant", "observation")}
+
+
+def chat_prompt(m) -> tuple[list[int], int, int]:
+    """A rendered chat as GLM's templates write it, ending in the generation prompt "<|assistant|>\n<think>"; the
+    rows of its last user message and of its generation prompt."""
+    r = roles(m)
+    gen = [r["assistant"]] + m.tokenize("\n<think>")
+    prompt = [r["system"]] + FIRST[:30] + [r["user"]] + FIRST[30:50] + gen
+    return prompt, 31, 52
+
+
+def test_a_chat_prompt_keeps_checkpoints_where_its_next_turn_parts(cached):
+    """Besides every 24 rows and the end: the last user message's start and the generation prompt's (not 4 before
+    the end: a message starts within 8 rows of it)."""
+    prompt, user, gen = chat_prompt(cached)
+    cached.generate(prompt, max_tokens=2, temperature=0, cache_prompt=False)
+    assert cached.checkpoints()["rows"] == [24, user, 48, gen, len(prompt)]
+
+
+@pytest.mark.parametrize("spec_n_max", [0, 3])
+def test_a_re_rendered_next_turn_resumes_before_the_generation_prompt(cached, fresh, spec_n_max):
+    """The template renders the answer without the think opener its generation prompt had: the next turn parts
+    inside the last generation prompt and resumes from the checkpoint before it, answering as a fresh sequence."""
+    kw = dict(temperature=0, spec_n_max=spec_n_max)
+    prompt, user, gen = chat_prompt(cached)
+    first = cached.generate(prompt, max_tokens=N_GEN, cache_prompt=False, **kw)
+    r = roles(cached)
+    answer = [t for t in first.tokens if t < 384][:5]  # ordinary tokens: the template writes the answer as text
+    following = prompt[:gen + 1] + answer + [r["user"]] + FIRST[50:60] + prompt[gen:]
+    hit = cached.generate(following, max_tokens=N_GEN, **kw)
+    assert hit.metrics["n_cached_tokens"] == gen and hit.metrics["cache_source"] == "checkpoint"
+    want = fresh.generate(following, max_tokens=N_GEN, cache_prompt=False, **kw)
+    assert hit.tokens == want.tokens
+    if spec_n_max:
+        assert hit.metrics["accepted_at"] == want.metrics["accepted_at"]
+
+
+def test_the_last_user_messages_checkpoint_outlives_a_long_tool_loop(gguf):
+    """ctx_checkpoints 3 and a tool loop of 8 calls after the user's message (each turn adds checkpoints): the one
+    at the user message's start is kept, so that a template that drops the reasoning of every answer after it
+    (GLM's, once the next user message comes) still resumes there."""
+    m = new_model(gguf, ctx_checkpoints=3)
+    r = roles(m)
+    prompt, user, gen = chat_prompt(m)
+    for call in range(8):
+        m.generate(prompt, max_tokens=1, temperature=0, spec_n_max=0)
+        prompt = prompt[:-2] + FIRST[call:call + 3] + [r["observation"]] + FIRST[60:64] + prompt[-2:]
+    assert user in m.checkpoints()["rows"] and m.checkpoints()["count"] == 3
+    stripped = prompt[:gen] + [r["assistant"]] + [7, 8, 9]
+    assert m.generate(stripped, max_tokens=1, temperature=0, spec_n_max=0).metrics["n_cached_tokens"] == user

@@ -39,6 +39,15 @@ Vocab read_vocab(const gguf_context * ctx, const HParams & hp, const std::string
     for (const auto & [name, key] : specials) {
         if (const auto id = kv.get_int(key, 0, int64_t(v.tokens.size()) - 1)) v.special[name] = int32_t(*id);
     }
+    const int32_t kControl = 3;
+    for (int32_t id = 0; id < (int32_t) v.tokens.size(); ++id) {
+        const std::string & t = v.tokens[id];
+        if (v.types[id] != kControl) continue;
+        if (t == "<|system|>" || t == "<|user|>" || t == "<|assistant|>" || t == "<|observation|>") {
+            v.message_starts.push_back(id);
+            if (t == "<|user|>") v.user_start = id;
+        }
+    }
     return v;
 }
 

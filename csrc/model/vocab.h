@@ -18,6 +18,10 @@ struct Vocab {
     std::vector<int32_t> types;              // [n_vocab] llama.cpp token types: 1 normal, 3 control, 4 user-defined, 5 unused
     std::vector<std::string> merges;         // BPE merges "left right", highest priority first
     std::map<std::string, int32_t> special;  // "bos", "eos", "eot", "eom", "unk", "pad" -> id, those present
+    // The chat format's role tokens present as control tokens (GLM: <|system|>, <|user|>, <|assistant|>,
+    // <|observation|>): a message of a rendered chat starts at one. Ascending ids; empty without a token list.
+    std::vector<int32_t> message_starts;
+    int32_t user_start = -1;  // <|user|>, or -1
 };
 
 // The tokenizer keys of `ctx` (all optional), checked against `hp`: token_type and the token list have

@@ -50,6 +50,8 @@ py::dict stats_dict(const glm5next::SpecStats & s) {
     py::dict d;
     d["n_prompt_tokens"] = s.n_prompt;
     d["n_cached_tokens"] = s.n_cached;  // llama-server's timings.cache_n; prompt_n = n_prompt - n_cached
+    // where they came from: a context checkpoint (runtime/checkpoints.h), the sequence as it was, or none
+    d["cache_source"] = s.n_cached == 0 ? "none" : s.from_checkpoint ? "checkpoint" : "sequence";
     d["n_drafts"] = s.n_rounds;
     d["n_drafted"] = s.n_drafted;
     d["n_accepted"] = s.n_accepted;

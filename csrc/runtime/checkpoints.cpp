@@ -5,8 +5,16 @@ namespace glm5next {
 void Checkpoints::add(Checkpoint c) {
     if (max_count_ == 0) return;
     drop_after((int64_t) c.n_past() - 1);
+    if (c.anchor) {
+        for (Checkpoint & o : list_) o.anchor = false;
+    }
     list_.push_back(std::move(c));
-    while (list_.size() > max_count_) list_.pop_front();
+    while (list_.size() > max_count_) {
+        // the oldest, unless it is the anchor and another (not the one just added) can go
+        auto victim = list_.begin();
+        if (victim->anchor && list_.size() > 2) ++victim;
+        list_.erase(victim);
+    }
 }
 
 const Checkpoint * Checkpoints::newest_at_or_before(int64_t max_row) const {

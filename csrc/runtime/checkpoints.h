@@ -16,15 +16,19 @@ namespace glm5next {
 // n_past-1 [n_embd] (the draft head's row n_past-1 pairs it with the next token, which the next request brings);
 // for a prompt's end also that row's logits [n_vocab], so that the same prompt sent again samples its first
 // token from them and evaluates nothing (empty elsewhere).
+// `anchor`: made at the start of a chat's last user message (runtime/checkpoint_plan.h), where a later turn parts
+// when the template drops the reasoning of the answers after it, however many turns later: eviction keeps it longest.
 struct Checkpoint {
     RecurrentState trunk;
     std::vector<float> hidden;
     std::vector<float> logits;
+    bool anchor = false;
     uint32_t n_past() const { return trunk.n_past; }
     size_t bytes() const { return trunk.bytes() + (hidden.size() + logits.size()) * sizeof(float); }
 };
 
-// At most max_count checkpoints, in row order; adding one beyond drops the oldest (llama-server's policy).
+// At most max_count checkpoints, in row order; adding one beyond drops the oldest (llama-server's policy), except
+// the newest anchor (one anchor at a time: a new one makes the older ones ordinary) while others can go.
 class Checkpoints {
 public:
     explicit Checkpoints(size_t max_count) : max_count_(max_count) {}

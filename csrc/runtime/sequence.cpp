@@ -51,12 +51,17 @@ size_t Sequence::cache_bytes() const {
 size_t Sequence::checkpoint_bytes() const { return cache_.recurrent_bytes() + engine_.n_embd() * sizeof(float); }
 
 int64_t Sequence::prompt_ubatch(int64_t n_left) const {
-    const int64_t every = params_.checkpoint_every;
-    return std::min<int64_t>({engine_.params().n_batch, n_left, every - cache_.n_past() % every});
+    const int64_t every = params_.checkpoint_every, n_past = cache_.n_past();
+    int64_t n = std::min<int64_t>({engine_.params().n_batch, n_left, every - n_past % every});
+    const auto next = std::upper_bound(plan_.rows.begin(), plan_.rows.end(), n_past);
+    if (next != plan_.rows.end()) n = std::min<int64_t>(n, *next - n_past);
+    return n;
 }
 
 void Sequence::checkpoint_if_due() {
-    if (cache_.n_past() % params_.checkpoint_every == 0) checkpoint();
+    const int64_t n_past = cache_.n_past();
+    const bool planned = std::binary_search(plan_.rows.begin(), plan_.rows.end(), n_past);
+    if (n_past % params_.checkpoint_every == 0 || planned) checkpoint({}, planned && n_past == plan_.anchor);
 }
 
 void Sequence::check_no_pending_verify() const {
@@ -123,6 +128,7 @@ void Sequence::reset() {
     pending_tokens_.clear();
     last_hidden_.clear();
     checkpoints_.clear();
+    plan_ = {};
     draft_from_trunk_ = 0;
     if (draft_cache_) draft_cache_->clear();
 }
@@ -179,12 +185,12 @@ void Sequence::load_state(const uint8_t * data, size_t size) {
     for (Checkpoint & c : s.checkpoints) checkpoints_.add(std::move(c));
 }
 
-void Sequence::checkpoint(std::vector<float> logits) {
+void Sequence::checkpoint(std::vector<float> logits, bool anchor) {
     std::lock_guard<std::recursive_mutex> lock(engine_.mutex());
     check_no_pending_verify();
     if (cache_.n_past() == 0) throw std::logic_error("a checkpoint of an empty sequence");
     if (checkpoints_.max_count() == 0) return;
-    checkpoints_.add(Checkpoint{cache_.save(), last_hidden_, std::move(logits)});
+    checkpoints_.add(Checkpoint{cache_.save(), last_hidden_, std::move(logits), anchor});
 }
 
 int64_t Sequence::common_prefix(const std::vector<int32_t> & prompt) const {

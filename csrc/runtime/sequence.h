@@ -9,6 +9,7 @@
 #include <memory>
 #include <vector>
 
+#include "runtime/checkpoint_plan.h"
 #include "runtime/checkpoints.h"
 #include "runtime/outputs.h"
 #include "runtime/seq_cache.h"
@@ -54,8 +55,13 @@ public:
 
     // Keeps a checkpoint of the sequence as it is now (n_past >= 1; no verify pass pending): what a later request
     // sharing this prefix resumes from. Made at the end of every prompt, and every checkpoint_every rows.
-    // `logits`: the last row's [n_vocab], kept with it (a prompt's end), or empty.
-    void checkpoint(std::vector<float> logits = {});
+    // `logits`: the last row's [n_vocab], kept with it (a prompt's end), or empty. `anchor`: see Checkpoint.
+    void checkpoint(std::vector<float> logits = {}, bool anchor = false);
+
+    // The rows where the prompt about to be evaluated keeps checkpoints besides every multiple of checkpoint_every
+    // (runtime/checkpoint_plan.h): prompt ubatches end there and checkpoint_if_due keeps one. Replaces the
+    // previous plan; reset() and an empty plan end it.
+    void plan_checkpoints(CheckpointPlan plan) { plan_ = std::move(plan); }
 
     // Prepares the sequence for `prompt`: keeps the longest prefix it can resume from and returns its length c
     // (0: the sequence was reset), so that prompt[c:] is what is left to evaluate. The rows kept are those of
@@ -109,9 +115,10 @@ public:
 
     // --- What Engine::run_trunk / run_draft check and tell (a sequence's part of a graph) ---
     // The rows of the next prompt ubatch when n_left rows remain: n_batch at most, and a ubatch ends at every
-    // multiple of checkpoint_every.
+    // multiple of checkpoint_every and at every row of the checkpoint plan.
     int64_t prompt_ubatch(int64_t n_left) const;
-    // Keeps a checkpoint when the sequence ends at a multiple of checkpoint_every (after a prompt ubatch).
+    // Keeps a checkpoint when the sequence ends at a multiple of checkpoint_every or at a row of the checkpoint
+    // plan (after a prompt ubatch).
     void checkpoint_if_due();
     // Throws std::logic_error while a verify pass awaits its commit.
     void check_no_pending_verify() const;
@@ -145,6 +152,7 @@ private:
     std::vector<float> last_hidden_;       // post-norm hidden state of row n_past-1
     int64_t draft_from_trunk_ = 0;         // draft-cache rows [0, this) were written from trunk hidden states
     Checkpoints checkpoints_;
+    CheckpointPlan plan_;  // of the prompt being evaluated
 };
 
 }  // namespace glm5next

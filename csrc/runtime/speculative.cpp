@@ -166,11 +166,14 @@ void Generator::begin_prompt(const std::vector<int32_t> & prompt, bool cache_pro
     int64_t c = 0;
     prompt_out_.logits.clear();
     if (cache_prompt) {
+        const int64_t n_past = seq_.n_past();
         c = seq_.resume(prompt, drafting(), h_before, prompt_out_.logits);
+        stats_.from_checkpoint = c > 0 && (c != n_past || !prompt_out_.logits.empty());
     } else {
         seq_.reset();
     }
     stats_.n_cached = c;
+    seq_.plan_checkpoints(plan_checkpoints(prompt, c, engine_.model().vocab));  // where later requests may part
     prompt_ = prompt;
     prompt_at_ = c;
     // Draft rows (h_p, x_{p+1}) wait to be written: from the row before the first one evaluated (the NextN layer's
@@ -212,6 +215,7 @@ int32_t Generator::finish_prompt(const uint32_t * mask) {
     const int64_t n_embd = engine_.n_embd();
     // where the next turn of a chat starts (or the same prompt again), whether or not this prompt resumed
     seq_.checkpoint(prompt_out_.logits);
+    seq_.plan_checkpoints({});
     if (drafting() && stats_.n_cached < (int64_t) prompt_.size()) {  // the last row pairs with the next token
         pending_h_.resize(pending_h_.size() - n_embd);
         pending_x_.assign(prompt_.begin() + pending_pos_ + 1, prompt_.end());

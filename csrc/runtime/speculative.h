@@ -47,6 +47,7 @@ struct SpecParams {
 struct SpecStats {
     int64_t n_prompt = 0;
     int64_t n_cached = 0;                      // prompt tokens resumed from the cache (not evaluated)
+    bool from_checkpoint = false;              // they came from a context checkpoint (else: the sequence as it was)
     int64_t n_rounds = 0;                      // verify passes that carried drafts
     int64_t n_drafted = 0, n_accepted = 0;
     std::vector<int64_t> drafted_at, accepted_at;  // per draft position (0 = first draft of a round)
@@ -75,7 +76,7 @@ public:
     // Evaluates `prompt` and samples the first token, which it returns. With `cache_prompt` the sequence keeps the
     // longest prefix of the prompt it can resume from (Sequence::resume) and evaluates only the rest; without, it
     // starts over. Either way it then keeps a checkpoint at the end of the prompt (where the next turn of a chat
-    // starts) and, when speculating, writes the NextN layer's rows for the prompt at once (not with the first
+    // starts) and at the rows of runtime/checkpoint_plan.h (where a re-rendered next turn parts) and, when speculating, writes the NextN layer's rows for the prompt at once (not with the first
     // draft), so that a later request, drafting or not, can resume from it. Throws std::invalid_argument for an
     // empty prompt, a token outside the vocabulary or a prompt longer than n_ctx.
     // mask: [mask_words(n_vocab)] token bitmask for the first token (sampling.h), or null.

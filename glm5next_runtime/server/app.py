@@ -59,7 +59,7 @@ from .prefill import split_prefill
 from .responses import ChatReply, CompletionReply, Reply
 from .schemas import ChatRequest, CompletionRequest, GenerationRequest
 from .slot_files import create_slot_router
-from .slot_tasks import SlotTasks, task_params
+from .slot_tasks import SlotTask, SlotTasks, prompt_cache_line, task_params
 from .sleep import IdleSleep, SleepMiddleware
 from .slots import SlotPool, SlotsClosed
 from .stopping import ShuttingDown, Stopping
@@ -312,7 +312,7 @@ def create_app(pool: SlotPool, config: ServerConfig) -> FastAPI:
         if verbose is not None:
             verbose.bind(task)
         if body.stream:
-            return EventStream(stream_events(stream, reply, endpoint), partial(release, handle, model))
+            return EventStream(stream_events(stream, reply, endpoint, task), partial(release, handle, model))
         try:
             result = await in_thread(finish_unless, handle, (watch.gone, stopping.cut))
         finally:
@@ -321,7 +321,7 @@ def create_app(pool: SlotPool, config: ServerConfig) -> FastAPI:
             if watch.gone.is_set():
                 raise ClientGone()
             raise ShuttingDown(": the generation was stopped")
-        metrics.observe(endpoint, result.metrics)
+        observe(endpoint, task, result.metrics)
         out = reply.whole(result)
         if verbose is not None:
             out["__verbose"] = verbose.whole(result)
@@ -334,7 +334,12 @@ def create_app(pool: SlotPool, config: ServerConfig) -> FastAPI:
             await in_thread(handle.wait)
         pool.release(model)
 
-    async def stream_events(stream: GenerationStream, reply: Reply, endpoint: str) -> AsyncIterator[str]:
+    def observe(endpoint: str, task: SlotTask, result_metrics: dict[str, Any]) -> None:
+        metrics.observe(endpoint, result_metrics)
+        log.debug("%s", prompt_cache_line(task, result_metrics))
+
+    async def stream_events(stream: GenerationStream, reply: Reply, endpoint: str,
+                            task: SlotTask) -> AsyncIterator[str]:
         try:
             for chunk in reply.start():
                 yield reply.event(chunk)
@@ -350,7 +355,7 @@ def create_app(pool: SlotPool, config: ServerConfig) -> FastAPI:
                 yield reply.error_event(APIError(500, INTERNAL))
                 return
             assert stream.result is not None
-            metrics.observe(endpoint, stream.result.metrics)
+            observe(endpoint, task, stream.result.metrics)
             for chunk in reply.end(stream.result):
                 yield reply.event(chunk)
             if reply.stream_end is not None:

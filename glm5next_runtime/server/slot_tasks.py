@@ -44,6 +44,16 @@ def task_params(kwargs: Mapping[str, Any], n_predict: int, stream: bool, spec: M
     }
 
 
+def prompt_cache_line(task: "SlotTask", metrics: Mapping[str, Any]) -> str:
+    """What the prompt cache did for `task` (logged at -v, issue 25): its prompt's tokens, those resumed and from
+    where (the sequence as the slot's last request left it, or a context checkpoint at that row), those evaluated."""
+    cached, source = metrics["n_cached_tokens"], metrics["cache_source"]
+    where = {"sequence": " from the slot's sequence", "checkpoint": f" from the context checkpoint at row {cached}",
+             "none": ""}[source]
+    return (f"slot {task.slot} task {task.id}: prompt {task.n_prompt_tokens} tokens, {cached} resumed{where}, "
+            f"{task.n_prompt_tokens - cached} evaluated")
+
+
 @dataclass(frozen=True)
 class SlotTask:
     """One request on one slot: `stream` shows its generated tokens as they come and its result at the end."""
@@ -83,6 +93,7 @@ class SlotTasks:
             return out
         result = task.stream.result
         cached = result.metrics["n_cached_tokens"] if result is not None else 0
+        source = result.metrics["cache_source"] if result is not None else "none"
         evaluated = task.n_prompt_tokens - cached if result is not None else 0
         running = busy and result is None
         # llama-server resets a slot's budget when its task ends: an idle slot has decoded nothing, no limit left
@@ -90,7 +101,7 @@ class SlotTasks:
         n_predict = task.params["n_predict"] if running else -1
         return out | {
             "id_task": task.id, "n_prompt_tokens": task.n_prompt_tokens, "n_prompt_tokens_processed": evaluated,
-            "n_prompt_tokens_cache": cached, "params": task.params,
+            "n_prompt_tokens_cache": cached, "prompt_cache_source": source, "params": task.params,
             "next_token": [{"has_next_token": running,
                             "has_new_line": result is not None and "\n" in result.text,
                             "n_remain": -1 if n_predict < 0 else n_predict - n_decoded, "n_decoded": n_decoded}],
