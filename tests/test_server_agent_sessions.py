@@ -1,5 +1,5 @@
 """Coding agents' sessions replayed (issue 25): tests/agent_sessions/*.json are sessions in the request shapes of
-Claude Code, opencode, Cline and Codex (each file says where its shape comes from), every turn the whole
+Claude Code, opencode, Cline, Continue, Open WebUI and Codex (each file says where its shape comes from), every turn the whole
 conversation as the client sends it: its system prompt and tools, the assistant's earlier turns as the client
 sends them back (thinking blocks, tool calls, XML tool use, reasoning items), tool results. Each session is
 replayed against one server and must resume its prompt cache every turn: from turn 2 on, at least 90% of the
@@ -20,9 +20,9 @@ from live_server import Server, post_json
 
 SESSIONS = sorted((Path(__file__).parent / "agent_sessions").glob("*.json"))
 # what the replay changes in each request: greedy and short (the claims are about the prompt), not streamed
-REPLAY = {"/v1/messages": {"max_tokens": 8, "temperature": 0},
-          "/v1/chat/completions": {"max_tokens": 8, "temperature": 0},
-          "/v1/responses": {"max_output_tokens": 8, "temperature": 0}}
+REPLAY = {"/v1/messages": {"max_tokens": 8, "temperature": 0, "stream": False},
+          "/v1/chat/completions": {"max_tokens": 8, "temperature": 0, "stream": False},
+          "/v1/responses": {"max_output_tokens": 8, "temperature": 0, "stream": False}}
 
 
 @pytest.fixture(scope="module")
