@@ -35,6 +35,18 @@ class TokenLogprob(NamedTuple):
     top: list[tuple[int, float]]
 
 
+class PromptProgress(NamedTuple):
+    """How far a scheduled generation's prompt has come (llama-server's prompt_progress; Scheduler.submit with
+    progress=True puts one in its stream when the prompt starts and after every step that evaluated some of it).
+    total: the prompt's tokens; cache: of those, resumed from the sequence's cache; processed: in the sequence so
+    far (the cached ones included: total once the prompt is done); time_ms: since the prompt started (0 at its
+    start)."""
+    total: int
+    cache: int
+    processed: int
+    time_ms: float
+
+
 @dataclass
 class GenerationResult:
     """What one generation produced.

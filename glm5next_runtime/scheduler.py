@@ -25,7 +25,7 @@ from collections.abc import Generator as PyGenerator
 from dataclasses import dataclass
 
 from . import _core
-from .generate import Generation, GenerationResult, GenerationStream, TokenLogprob
+from .generate import Generation, GenerationResult, GenerationStream, PromptProgress, TokenLogprob
 from .grammar import RoundMasks
 
 
@@ -46,11 +46,12 @@ class _Piece:
 
 
 class ScheduledGeneration:
-    """A generation handed to a Scheduler: its `stream` (pieces as the rounds make them; `result` at the end) and
-    cancel(). Thread-safe."""
+    """A generation handed to a Scheduler: its `stream` (pieces as the rounds make them, with progress: the
+    PromptProgress of its prompt among them; `result` at the end) and cancel(). Thread-safe."""
 
-    def __init__(self, job: Generation):
+    def __init__(self, job: Generation, progress: bool = False):
         self.job = job
+        self.progress = progress
         self._out: queue.SimpleQueue = queue.SimpleQueue()  # _Piece | GenerationResult | BaseException
         self._cancelled = threading.Event()
         self._done = threading.Event()
@@ -60,6 +61,8 @@ class ScheduledGeneration:
         self.sent = 0  # tokens of job.decoding already sent to the stream
         self.masks: RoundMasks | None = None
         self.failure: BaseException | None = None  # what failed it in the step under way (its grammar)
+        self.prompt_at: float | None = None  # perf_counter() when its prompt started (progress)
+        self.reported: PromptProgress | None = None  # the last progress sent
 
     def cancel(self) -> None:
         """Drop the generation at the next step (its stream then ends without a result); returns at once."""
@@ -85,6 +88,9 @@ class ScheduledGeneration:
                 raise item
             if isinstance(item, GenerationResult) or item is None:
                 return item
+            if isinstance(item, PromptProgress):
+                yield item
+                continue
             self.stream.tokens.extend(item.tokens)
             if self.stream.logprobs is not None:
                 self.stream.logprobs.extend(item.logprobs)
@@ -98,6 +104,21 @@ class ScheduledGeneration:
         new = slice(self.sent, len(tokens))
         self._out.put(_Piece(text, tokens[new], logprobs[new] if logprobs is not None else []))
         self.sent = len(tokens)
+
+    def report_progress(self) -> None:
+        """With progress: how far the prompt has come, unless that was said already (processed only grows)."""
+        generator = self.job.generator
+        total = len(self.job.prompt)
+        processed = total - generator.prompt_left
+        if self.reported is None:
+            self.prompt_at = time.perf_counter()
+            now = PromptProgress(total, generator.stats["n_cached_tokens"], processed, 0.0)
+        elif processed > self.reported.processed:
+            now = self.reported._replace(processed=processed, time_ms=(time.perf_counter() - self.prompt_at) * 1e3)
+        else:
+            return
+        self._out.put(now)
+        self.reported = now
 
     def end(self, result: GenerationResult | BaseException | None) -> None:
         """The last item of the stream (None: dropped), and the sequence is free."""
@@ -134,10 +155,12 @@ class Scheduler:
         self._thread.start()
         return self
 
-    def submit(self, job: Generation) -> ScheduledGeneration:
+    def submit(self, job: Generation, progress: bool = False) -> ScheduledGeneration:
         """Run `job` with the others (from any thread): it joins at the next step. Its sequence must not be in
-        use by another generation until its ScheduledGeneration is done. Raises SchedulerClosed after close()."""
-        handle = ScheduledGeneration(job)
+        use by another generation until its ScheduledGeneration is done. progress: its stream also yields the
+        PromptProgress of its prompt (when it starts, and after each step that evaluated some of it), before its
+        first piece. Raises SchedulerClosed after close()."""
+        handle = ScheduledGeneration(job, progress)
         with self._lock:
             if self._closed:
                 raise SchedulerClosed("the scheduler is closed")
@@ -204,6 +227,8 @@ class Scheduler:
         except Exception as e:  # noqa: BLE001 - the generation's own fault (its prompt): its stream says so
             handle.end(e)
             return
+        if handle.progress:
+            handle.report_progress()
         self._running.append(handle)
 
     def _drop_cancelled(self) -> None:
@@ -254,6 +279,8 @@ class Scheduler:
             try:
                 if failure is not None:
                     raise failure
+                if handle.progress:
+                    handle.report_progress()
                 if batch.emitted(i):
                     self._postprocess(handle, batch.emitted(i))
             except Exception as e:  # noqa: BLE001

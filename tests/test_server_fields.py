@@ -234,7 +234,7 @@ REFUSED = [
     ("samplers", ["top_k", "temperature"]), ("dynatemp_range", 0.5), ("top_n_sigma", 1.0), ("typical_p", 0.9),
     ("xtc_probability", 0.5), ("repeat_penalty", 1.1), ("dry_multiplier", 0.8), ("mirostat", 2), ("min_keep", 5),
     ("n_indent", 4), ("t_max_predict_ms", 1000),
-    ("return_tokens", True), ("return_progress", True), ("response_fields", ["content"]),
+    ("return_tokens", True), ("response_fields", ["content"]),
     ("lora", [{"id": 0, "scale": 1.0}]),
 ]
 # the values that ask for nothing: accepted, and the output is the one without them
@@ -244,7 +244,7 @@ NEUTRAL = {"functions": [], "function_call": "none", "presence_penalty": 0,
            "grammar_lazy": False, "samplers": None, "dynatemp_range": 0.0, "top_n_sigma": -1.0,
            "typical_p": 1.0, "xtc_probability": 0.0, "repeat_penalty": 1.0, "dry_multiplier": 0.0, "mirostat": 0,
            "min_keep": 0, "n_indent": 0, "t_max_predict_ms": 0,
-           "return_tokens": False, "return_progress": False, "response_fields": [], "lora": []}
+           "return_tokens": False, "response_fields": [], "lora": []}
 
 
 @pytest.mark.parametrize("endpoint", ENDPOINTS)

@@ -36,7 +36,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.types import Receive, Scope, Send
 
 from ..chat import ChatTemplateError, opens_think_block
-from ..generate import GenerationResult, GenerationStream
+from ..generate import GenerationResult, GenerationStream, PromptProgress
 from ..model import Model
 from ..prompt import PromptError, PromptTooLongError, check_prompt, check_prompt_text
 from ..scheduler import ScheduledGeneration, Scheduler
@@ -295,7 +295,7 @@ def create_app(pool: SlotPool, config: ServerConfig) -> FastAPI:
         try:
             # generation() only checks its arguments (a ValueError is the request's fault): the work runs on the
             # scheduler's thread, with the other slots' generations
-            handle = scheduler.submit(model.generation(ids, **kwargs))
+            handle = scheduler.submit(model.generation(ids, **kwargs), progress=body.stream and body.return_progress)
         except BaseException as e:
             pool.release(model)
             if isinstance(e, ValueError):
@@ -348,7 +348,7 @@ def create_app(pool: SlotPool, config: ServerConfig) -> FastAPI:
                     if stopping.cut.is_set():  # the headers are out: the error can only be an event
                         yield reply.error_event(ShuttingDown(": the generation was stopped"))
                         return
-                    for chunk in reply.piece(piece):
+                    for chunk in reply.progress(piece) if isinstance(piece, PromptProgress) else reply.piece(piece):
                         yield reply.event(chunk)
             except Exception:
                 log.exception("generation failed mid-stream")

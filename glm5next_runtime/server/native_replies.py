@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..generate import GenerationResult
+from ..generate import GenerationResult, PromptProgress
 from .logprobs import TokenPieces, token_probs
 from .responses import Reply, timings
 from .slot_tasks import SlotTask
@@ -80,6 +80,20 @@ class NativeCompletionReply(Reply):
 
     def _finish(self, result: GenerationResult) -> list[dict[str, Any]]:
         return [self._summary(result, self._held, [])]
+
+    def progress(self, progress: PromptProgress) -> list[dict[str, Any]]:
+        task = self._bound()
+        chunk = {"index": 0, "content": "", "tokens": [], "stop": False, "id_slot": task.slot, "tokens_predicted": 0,
+                 "tokens_evaluated": task.n_prompt_tokens, "prompt_progress": progress._asdict()}
+        if self._timings_per_token:  # the prompt's side so far (llama-server's: 0 before its first ubatch)
+            n = progress.processed - progress.cache
+            ms = progress.time_ms
+            chunk["timings"] = {"cache_n": progress.cache, "prompt_n": n, "prompt_ms": ms,
+                                "prompt_per_token_ms": ms / n if n else 0.0,
+                                "prompt_per_second": n / ms * 1e3 if ms > 0 else 0.0,
+                                "predicted_n": 0, "predicted_ms": 0.0, "predicted_per_token_ms": 0.0,
+                                "predicted_per_second": 0.0}
+        return [chunk]
 
     def _summary(self, result: GenerationResult, content: str, tokens: list[int]) -> dict[str, Any]:
         task = self._bound()

@@ -22,7 +22,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from ..generate import GenerationResult
+from ..generate import GenerationResult, PromptProgress
 from .errors import APIError
 from .reply_parts import Change, Part, Parts, whole_parts
 from .responses import Reply, typed_sse
@@ -66,6 +66,10 @@ class ResponsesReply(Reply):
 
     def piece(self, text: str) -> list[dict[str, Any]]:
         return [e for change in self._parts.feed(text) for e in self._events(change, "completed")]
+
+    def progress(self, progress: PromptProgress) -> list[dict[str, Any]]:
+        return [self._event("response.in_progress", response=self._response("in_progress", [], None),
+                            prompt_progress=progress._asdict())]
 
     def _finish(self, result: GenerationResult) -> list[dict[str, Any]]:
         status = final_status(result)

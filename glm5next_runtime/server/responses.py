@@ -13,7 +13,7 @@ from abc import ABC, abstractmethod
 from typing import Any
 
 from ..chat import ReasoningSplitter, split_reasoning
-from ..generate import GenerationResult, TokenLogprob
+from ..generate import GenerationResult, PromptProgress, TokenLogprob
 from .build_info import BUILD_INFO
 from .errors import APIError
 from .logprobs import LogprobFeed, TokenPieces, chat_logprobs, completion_logprobs
@@ -109,6 +109,11 @@ class Reply(ABC):
     @abstractmethod
     def piece(self, text: str) -> list[dict[str, Any]]: ...
 
+    def progress(self, progress: PromptProgress) -> list[dict[str, Any]]:
+        """The chunks that tell how far the prompt has come (llama-server's prompt_progress, asked for with
+        return_progress); none where the API has no such event (Anthropic's)."""
+        return []
+
     def end(self, result: GenerationResult) -> list[dict[str, Any]]:
         """The last chunks of a stream: the finish chunk(s), then with include_usage the usage chunk, which then
         carries the timings (llama-server puts them on a stream's last chunk)."""
@@ -158,6 +163,10 @@ class CompletionReply(Reply):
     def _finish(self, result: GenerationResult) -> list[dict[str, Any]]:
         return [self._body(self.chunk_object, self._choice("", result.finish_reason, self._new_logprobs()), result)]
 
+    def progress(self, progress: PromptProgress) -> list[dict[str, Any]]:
+        chunk = self._body(self.chunk_object, {"text": "", "logprobs": None, "finish_reason": None})
+        return [chunk | {"prompt_progress": progress._asdict()}]
+
     def _choice(self, text: str, finish_reason: str | None,
                 entries: list[TokenLogprob] | None) -> dict[str, Any]:
         logprobs = None
@@ -199,6 +208,10 @@ class ChatReply(Reply):
 
     def start(self) -> list[dict[str, Any]]:
         return [self._delta({"role": "assistant", "content": None})]
+
+    def progress(self, progress: PromptProgress) -> list[dict[str, Any]]:
+        # llama-server's progress chunk: the opening delta again, with the progress
+        return [self._delta({"role": "assistant", "content": None}) | {"prompt_progress": progress._asdict()}]
 
     def piece(self, text: str) -> list[dict[str, Any]]:
         if self._splitter is None and self._calls is None:
