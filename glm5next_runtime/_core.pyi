@@ -156,9 +156,9 @@ class Seq:
     NextN layer's caches sized for n_ctx rows, its context checkpoints (csrc/runtime/sequence.h; named Seq here, not
     Sequence, which type checkers take for typing.Sequence). Its own calls run graphs of it alone, in ubatches.
     """
-    def __init__(self, engine: Engine, n_ctx: typing.SupportsInt | typing.SupportsIndex = 4096, n_checkpoints: typing.SupportsInt | typing.SupportsIndex = 32, checkpoint_every: typing.SupportsInt | typing.SupportsIndex = 8192) -> None:
+    def __init__(self, engine: Engine, n_ctx: typing.SupportsInt | typing.SupportsIndex = 4096, n_checkpoints: typing.SupportsInt | typing.SupportsIndex = 32, checkpoint_every: typing.SupportsInt | typing.SupportsIndex = 8192, draft_rows: bool = True) -> None:
         """
-        Seq(engine: _core.Engine, n_ctx: int, n_checkpoints: context checkpoints kept (llama-server's --ctx-checkpoints; 0 = none), checkpoint_every: while prefilling, a checkpoint each time n_past crosses a multiple of it (tokens)).
+        Seq(engine: _core.Engine, n_ctx: int, n_checkpoints: context checkpoints kept (llama-server's --ctx-checkpoints; 0 = none), checkpoint_every: while prefilling, a checkpoint each time n_past crosses a multiple of it (tokens), draft_rows: the NextN layer's caches, for drafting (False: none, as without a NextN layer; has_draft_head then False)).
         Raises ValueError for n_ctx out of [1, 2^24] or checkpoint_every of 0, RuntimeError when a device cannot hold the caches.
         """
     def checkpoint_stats(self) -> dict:

@@ -83,8 +83,8 @@ class Model:
             placement as in llama-server (-ngl, --cpu-moe, --n-cpu-moe, -ot, -sm, -ts, -mg, -devd; see
             placement.py).
         devices: -dev, the offload devices to use by name (None: every GPU and RPC device; ["none"]: none).
-        spec_type: "draft-mtp" (speculate with the file's NextN layer), "none", or None: draft-mtp when the file
-            has a NextN layer, else none.
+        spec_type: "draft-mtp" (speculate with the file's NextN layer), "none" (no drafting: the sequences keep
+            no NextN layer caches, as llama.cpp), or None: draft-mtp when the file has a NextN layer, else none.
         draft_n_max, draft_n_min, draft_p_min: drafts per round, the shortest draft worth verifying, and the draft
             probability below which drafting stops (runtime.md, draft-MTP round).
         draft_adaptive: each round drafts as many as pay on this machine and file, at most draft_n_max, from the
@@ -144,14 +144,16 @@ class Model:
         self._draft_placement = self._place(self._draft_core) if self._draft_core else {}
         self._spec_draft_type = spec_draft_type
         self._engine = self._new_engine()
-        self._seq = self._new_sequence()
-        self._last: dict | None = None
         has_nextn = self._engine.has_draft_head
         self.spec_type = spec_type or ("draft-mtp" if has_nextn else "none")
         if self.spec_type not in SPEC_TYPES:
             raise ValueError(f"spec_type {spec_type!r}: expected one of {', '.join(SPEC_TYPES)}")
         if self.spec_type == "draft-mtp" and not has_nextn:
             raise ValueError(f"{path}: spec_type draft-mtp needs a NextN layer, and the file has none")
+        # the NextN layer's caches only where drafting can happen (issue 27: llama.cpp skips the layer's too)
+        self._sequence_args["draft_rows"] = self.spec_type == "draft-mtp"
+        self._seq = self._new_sequence()
+        self._last: dict | None = None
         if spec_index_share not in INDEX_SHARE:
             raise ValueError(f"spec_index_share {spec_index_share!r}: expected auto, on or off")
         self.spec = dict(n_max=draft_n_max if self.spec_type == "draft-mtp" else 0, n_min=draft_n_min,
@@ -410,13 +412,16 @@ class Model:
             its position (`probs` after each start and step); None: none.
         logit_bias: {token id: bias} or [(token id, bias)] added to every row's logits (-inf bans); None: none.
         Use one generator at a time: each shares the model's sequence. Raises ValueError for an unknown
-        index_share, drafting (n_max > 0) without a NextN layer, n_max >= n_batch, invalid sampler settings, or a
-        logit_bias token outside the vocab or a NaN or +inf bias.
+        index_share, drafting (n_max > 0) with spec_type none (no NextN caches, or no NextN layer), n_max >=
+        n_batch, invalid sampler settings, or a logit_bias token outside the vocab or a NaN or +inf bias.
         """
         if index_share is not None and index_share not in INDEX_SHARE:
             raise ValueError(f"index_share {index_share!r}: expected auto, on or off")
         spec = dict(self.spec)
         if n_max is not None:
+            if n_max > 0 and self.spec_type != "draft-mtp":
+                raise ValueError(f"n_max = {n_max}: drafting needs spec_type draft-mtp (this model was loaded with "
+                                 f"spec_type {self.spec_type}, which keeps no NextN caches)")
             spec["n_max"] = n_max
         if index_share is not None:
             spec["index_share"] = INDEX_SHARE[index_share]

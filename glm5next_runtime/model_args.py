@@ -150,8 +150,8 @@ def describe_model(model: Model, args: argparse.Namespace) -> list[str]:
     ck = model.checkpoints()
     lines = [f"placement: {describe_placement(model.placement())}",
              f"memory (one engine: weights and compute buffers once, caches of every slot): {'; '.join(memory)}",
-             f"caches per slot: {model.sequence.cache_bytes / 2**20:.1f} MiB (n_ctx {model.n_ctx}: trunk and NextN "
-             "layer)",
+             f"caches per slot: {model.sequence.cache_bytes / 2**20:.1f} MiB (n_ctx {model.n_ctx}: "
+             f"{'trunk and NextN layer' if model.sequence.has_draft_head else 'trunk; no NextN caches without drafting'})",
              f"prompt cache: up to {ck['max_count']} context checkpoints per slot, {ck['bytes_each'] / 2**20:.2f} MiB "
              f"each (host memory): a chat turn adds up to 3 (its last user message, its generation prompt, its "
              f"end) and one per {args.checkpoint_every_n_tokens} prompt tokens; at most "

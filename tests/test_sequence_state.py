@@ -102,3 +102,30 @@ def test_a_sequence_longer_than_the_context_is_refused(gguf, saver):
     small = Model(gguf, n_ctx=64, n_threads=2, checkpoint_every=CHECKPOINT_EVERY)
     with pytest.raises(ValueError, match="n_ctx = 64"):
         small.load_state(saver.save_state())
+
+
+def test_a_sequence_without_drafting_keeps_no_nextn_caches(gguf, saver, fresh):
+    """spec_type none (issue 27): the sequence has no NextN layer caches (one layer's fewer bytes, as llama.cpp skips
+    the layer), answers as a drafting one, and refuses a generator that would draft, naming spec_type."""
+    plain = new_model(gguf, spec_type="none")
+    assert not plain.sequence.has_draft_head and saver.sequence.has_draft_head
+    n_layers = saver.hparams["n_trunk"] + 1  # the NextN layer's caches are one layer's, sized as a trunk layer's
+    assert 0 < saver.sequence.cache_bytes - plain.sequence.cache_bytes < saver.sequence.cache_bytes / (n_layers - 2)
+    want = fresh.generate(FIRST, max_tokens=N_GEN, temperature=0, spec_n_max=3, cache_prompt=False)
+    assert plain.generate(FIRST, max_tokens=N_GEN, temperature=0).tokens == want.tokens
+    with pytest.raises(ValueError, match="spec_type draft-mtp"):
+        plain.generate(FIRST, max_tokens=2, spec_n_max=2)
+
+
+def test_a_saved_sequence_loads_without_its_nextn_rows_where_nothing_drafts(gguf, saver):
+    """A slot saved while drafting restores into a sequence that does not draft (its trunk rows resume there); one
+    saved without drafting is refused by a sequence that drafts (it could resume nothing) and the sequence kept."""
+    plain = new_model(gguf, spec_type="none")
+    saver.generate(FIRST, max_tokens=4, temperature=0)
+    plain.load_state(saver.save_state())
+    assert plain.tokens == saver.tokens
+    assert plain.generate(FIRST + [5, 6], max_tokens=1, temperature=0).metrics["n_cached_tokens"] >= len(FIRST)
+    before = saver.tokens
+    with pytest.raises(ValueError, match="saved without drafting"):
+        saver.load_state(plain.save_state())
+    assert saver.tokens == before

@@ -222,15 +222,17 @@ their rows run in its graphs, one sequence's alone or several sequences' togethe
     py::class_<Sequence>(mod, "Seq", R"doc(One sequence (llama.cpp's seq) on an Engine: its tokens, the trunk's and the
 NextN layer's caches sized for n_ctx rows, its context checkpoints (csrc/runtime/sequence.h; named Seq here, not
 Sequence, which type checkers take for typing.Sequence). Its own calls run graphs of it alone, in ubatches.)doc")
-        .def(py::init([](Engine & engine, uint32_t n_ctx, uint32_t n_checkpoints, uint32_t checkpoint_every) {
-                 return new Sequence(engine, SequenceParams{n_ctx, n_checkpoints, checkpoint_every});
+        .def(py::init([](Engine & engine, uint32_t n_ctx, uint32_t n_checkpoints, uint32_t checkpoint_every,
+                         bool draft_rows) {
+                 return new Sequence(engine, SequenceParams{n_ctx, n_checkpoints, checkpoint_every, draft_rows});
              }),
              py::arg("engine"), py::arg("n_ctx") = 4096, py::arg("n_checkpoints") = 32,
-             py::arg("checkpoint_every") = 8192, py::keep_alive<1, 2>(),
+             py::arg("checkpoint_every") = 8192, py::arg("draft_rows") = true, py::keep_alive<1, 2>(),
              "Seq(engine: _core.Engine, n_ctx: int, n_checkpoints: context checkpoints kept (llama-server's "
              "--ctx-checkpoints; 0 = none), checkpoint_every: while prefilling, a checkpoint each time n_past crosses "
-             "a multiple of it (tokens)).\nRaises ValueError for n_ctx out of [1, 2^24] or checkpoint_every of 0, "
-             "RuntimeError when a device cannot hold the caches.")
+             "a multiple of it (tokens), draft_rows: the NextN layer's caches, for drafting (False: none, as without "
+             "a NextN layer; has_draft_head then False)).\nRaises ValueError for n_ctx out of [1, 2^24] or "
+             "checkpoint_every of 0, RuntimeError when a device cannot hold the caches.")
         .def_property_readonly("engine", [](const Sequence & s) -> const Engine & { return s.engine(); },
                                py::return_value_policy::reference_internal, "The engine it runs on.")
         .def_property_readonly("n_ctx", &Sequence::n_ctx, "Rows its caches hold.")

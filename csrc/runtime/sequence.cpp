@@ -21,7 +21,7 @@ static const SequenceParams & checked_params(const SequenceParams & params) {
 Sequence::Sequence(Engine & engine, const SequenceParams & params)
     : engine_(engine), params_(checked_params(params)),
       cache_(engine.model(), 0, engine.model().hp.n_trunk(), params.n_ctx), checkpoints_(params.n_checkpoints) {
-    if (engine.has_draft_head()) {
+    if (engine.has_draft_head() && params.draft_rows) {
         const Model & draft = engine.draft_model();
         draft_cache_ = std::make_unique<SeqCache>(draft, draft.hp.n_trunk(), 1, params.n_ctx);
     }
@@ -157,9 +157,10 @@ void Sequence::load_state(const uint8_t * data, size_t size) {
     cache_.check_rows(s.trunk);
     if (s.tokens.size() != s.trunk.n_past) throw misfit("its token count differs from its trunk rows");
     engine_.check_tokens(s.tokens.data(), (int64_t) s.tokens.size());
-    if (s.has_draft != (draft_cache_ != nullptr)) {
-        throw misfit(s.has_draft ? "it has NextN draft rows and this model no NextN layer"
-                                 : "it has no NextN draft rows and this model a NextN layer");
+    // a sequence that keeps no NextN rows (no NextN layer, or draft_rows off) takes a saved one's trunk and leaves
+    // its NextN rows; one that keeps them needs them (without, a drafting generation could resume nothing)
+    if (!s.has_draft && draft_cache_ != nullptr) {
+        throw misfit("it has no NextN draft rows (saved without drafting) and this sequence drafts");
     }
     if (draft_cache_) {
         draft_cache_->check_rows(s.draft);  // drafted rows may run past the trunk's: they are rewritten
@@ -181,7 +182,7 @@ void Sequence::load_state(const uint8_t * data, size_t size) {
     if (draft_cache_) draft_cache_->set_rows(s.draft);
     tokens_ = std::move(s.tokens);
     last_hidden_ = std::move(s.last_hidden);
-    draft_from_trunk_ = s.draft_from_trunk;
+    draft_from_trunk_ = draft_cache_ ? s.draft_from_trunk : 0;
     for (Checkpoint & c : s.checkpoints) checkpoints_.add(std::move(c));
 }
 

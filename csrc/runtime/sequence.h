@@ -24,6 +24,9 @@ struct SequenceParams {
     uint32_t n_ctx = 4096;
     uint32_t n_checkpoints = 32;      // context checkpoints kept (llama-server's --ctx-checkpoints); 0 = none
     uint32_t checkpoint_every = 8192; // while prefilling, a checkpoint at every multiple of this row (llama.cpp's 8192)
+    // The NextN layer's caches, where drafting can happen (--spec-type draft-mtp); false: none, as for a file without
+    // a NextN layer (issue 27: at n_ctx 32k they were 47% of a sequence's caches that never drafts).
+    bool draft_rows = true;
 };
 
 class Sequence {
