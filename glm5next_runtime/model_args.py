@@ -148,10 +148,13 @@ def describe_model(model: Model, args: argparse.Namespace) -> list[str]:
     memory = [f"{m['device']}: weights {m['weights'] / 2**20:.1f} MiB, caches {m['caches'] / 2**20:.1f} MiB, "
               f"compute {m['compute'] / 2**20:.1f} MiB" for m in model.memory()]
     ck = model.checkpoints()
+    states = ck["bytes_each"] - 4 * model.hparams["n_embd"]  # what n_ctx does not change (a checkpoint's, less a row)
+    per_token = (model.sequence.cache_bytes - states) / model.n_ctx
     lines = [f"placement: {describe_placement(model.placement())}",
              f"memory (one engine: weights and compute buffers once, caches of every slot): {'; '.join(memory)}",
              f"caches per slot: {model.sequence.cache_bytes / 2**20:.1f} MiB (n_ctx {model.n_ctx}: "
-             f"{'trunk and NextN layer' if model.sequence.has_draft_head else 'trunk; no NextN caches without drafting'})",
+             f"{'trunk and NextN layer' if model.sequence.has_draft_head else 'trunk; no NextN caches without drafting'}"
+             f"; {per_token / 1024:.2f} KiB per token, {states / 2**20:.1f} MiB of KDA states)",
              f"prompt cache: up to {ck['max_count']} context checkpoints per slot, {ck['bytes_each'] / 2**20:.2f} MiB "
              f"each (host memory): a chat turn adds up to 3 (its last user message, its generation prompt, its "
              f"end) and one per {args.checkpoint_every_n_tokens} prompt tokens; at most "

@@ -1,0 +1,60 @@
+"""The cache memory of one sequence, from a model's hub config (issue 27): what csrc/runtime/seq_cache.cpp
+allocates per layer, so that a user can size n_ctx for a model this machine cannot load (scripts/cache_table.py
+prints GLM-5.3-Flash's table). All caches are f32 today:
+
+    DSA (deepseek_sparse_attention) layer   latent [kv_lora_rank, n_ctx]; with a full indexer also its keys and
+                                            gates [index_head_dim, n_ctx] each and the pooled keys
+                                            [index_head_dim, max(1, n_ctx / index_kpool)]
+    KDA (linear_attention) layer            conv window [(K - 1) * 3 * heads * head_dim] and state
+                                            [head_dim, head_dim, heads]: fixed, whatever n_ctx
+    NextN layer (drafting only)             a DSA layer with a full indexer
+
+A context checkpoint holds every KDA layer's conv window and state, and one hidden row (runtime/checkpoints.h).
+tests/test_cache_sizes.py holds these figures to the engine's on small checkpoints."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+F32 = 4
+ALIGN = 32  # ggml's CPU buffers place each tensor at a multiple of this (TENSOR_ALIGNMENT)
+
+
+def text_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The text model's fields of a hub config.json: `text_config` when present, else the top level (flat
+    configs); model.md's rule, text_config first."""
+    return config.get("text_config") or config
+
+
+def _tensor(n_floats: int) -> int:
+    return -(-n_floats * F32 // ALIGN) * ALIGN
+
+
+def sequence_cache_bytes(config: Mapping[str, Any], n_ctx: int, drafting: bool) -> dict[str, int]:
+    """One sequence's caches at n_ctx rows: {"total", "fixed" (the KDA states: what n_ctx does not change),
+    "per_token" (the rest, per row, the pooled keys' share rounded as at this n_ctx), "checkpoint" (one context
+    checkpoint)}, in bytes. drafting: the NextN layer's caches too (--spec-type draft-mtp). Raises KeyError naming
+    a field the config lacks."""
+    t = text_config(config)
+    kinds = t["layer_types"]
+    indexers = t.get("indexer_types") or ["full"] * len(kinds)
+    kda = t["linear_attn_config"]
+    heads, head_dim, kernel = kda["num_heads"], kda["head_dim"], kda["short_conv_kernel_size"]
+    kda_bytes = _tensor((kernel - 1) * 3 * heads * head_dim) + _tensor(head_dim * head_dim * heads)
+
+    def dsa(full: bool) -> int:
+        n = _tensor(t["kv_lora_rank"] * n_ctx)
+        if full:
+            d = t["index_head_dim"]
+            n += 2 * _tensor(d * n_ctx) + _tensor(d * max(1, n_ctx // t["index_kpool"]))
+        return n
+
+    n_kda = sum(kind == "linear_attention" for kind in kinds)
+    fixed = n_kda * kda_bytes
+    growing = sum(dsa(full == "full") for kind, full in zip(kinds, indexers) if kind != "linear_attention")
+    if drafting and t.get("num_nextn_predict_layers", 0) > 0:
+        growing += dsa(True)
+    # a checkpoint copies the states to host memory, unpadded, with the last row's hidden state
+    checkpoint = n_kda * ((kernel - 1) * 3 * heads * head_dim + head_dim * head_dim * heads) * F32 \
+        + t["hidden_size"] * F32
+    return {"total": fixed + growing, "fixed": fixed, "per_token": growing // n_ctx, "checkpoint": checkpoint}
