@@ -86,6 +86,20 @@ def test_a_four_turn_chat_evaluates_only_what_is_new(server):
         assert again.choices[0].message.content == reply.choices[0].message.content
 
 
+def test_a_prompt_that_differs_only_at_its_end_evaluates_only_its_end(server):
+    """A raw prompt keeps a checkpoint 4 tokens before its end (runtime/checkpoint_plan.h): the same question with
+    another last word resumes there (llama-server's test_slot_save_restore asks the same), and answers as with
+    cache_prompt false (issue 30: it used to evaluate all of it)."""
+    # the last word one token long even in the test checkpoints' small tokenizer (llama-server's test has
+    # France / Germany, two tokens each in a real vocabulary)
+    first = complete(server, "What is the population of city 1?", id_slot=1)
+    again = complete(server, "What is the population of city 2?", id_slot=1)
+    n_first = first["timings"]["prompt_n"] + first["timings"]["cache_n"]
+    assert again["timings"]["cache_n"] == n_first - 4 and again["timings"]["prompt_n"] == 4, again["timings"]
+    fresh = complete(server, "What is the population of city 2?", id_slot=1, cache_prompt=False)
+    assert fresh["choices"][0]["text"] == again["choices"][0]["text"]
+
+
 def test_the_log_line_says_what_the_prompt_cache_did():
     """At -v every request logs its prompt's tokens, those resumed and from where, those evaluated."""
     task = SlotTask(7, 1, {}, 973, None)
