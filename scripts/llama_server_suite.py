@@ -43,8 +43,9 @@ How it adapts their suite, without editing their files:
 - Each file runs in its own pytest process; each test gets --timeout seconds (SIGALRM); the server gets -t 1
   (GLM5NEXT_SUITE_THREADS) so that shared cores are not oversubscribed.
 
-Prints per file: passed as written / passed adapted / failed / skipped (by their own marks) / not applicable, the
-total, and the failures' first lines; --json writes every test's outcome.
+Prints per file: passed as written / passed adapted / failed / skipped (by their own marks) / slow, not run (their
+`slow` mark: real-model tests llama.cpp's default run leaves out too) / not applicable, the total, and the failures'
+first lines; --json writes every test's outcome.
 """
 from __future__ import annotations
 
@@ -95,8 +96,9 @@ TESTS: list[tuple[str, str, dict | None, str]] = [
     ("test_chat_completion.py", "test_chat_completion_stream", None, MODEL_TEXT),
     ("test_chat_completion.py", "test_chat_completion_with_openai_library", None, MODEL_TEXT),
     ("test_chat_completion.py", "test_chat_template", None, TEMPLATE),
-    ("test_chat_completion.py", "test_chat_template_assistant_prefill", None, TEMPLATE),
-    ("test_chat_completion.py", "test_chat_template_continue_final_message_vllm_compat", None, TEMPLATE),
+    ("test_chat_completion.py", "test_chat_template_assistant_prefill", {"re_prefill": "Wh\n\nill"},
+     TEMPLATE + " (a prefill of typed text parts: llama.cpp hands the parts to a template that takes them, which "
+     "joins them its own way; here the parts are one string before any template sees them)"),
     ("test_chat_completion.py", "test_apply_chat_template", None, TEMPLATE),
     ("test_completion.py", "test_completion", None, MODEL_TEXT),
     ("test_completion.py", "test_completion_stream", None, MODEL_TEXT),
@@ -132,8 +134,6 @@ TESTS: list[tuple[str, str, dict | None, str]] = [
     ("test_compat_anthropic.py", "test_anthropic_vision_base64_with_multimodal_model", None, "N/A multimodal"),
     ("test_compat_anthropic.py", "test_anthropic_tool_result", None,
      "N/A model's template: expects a text block first; this model's template (--jinja) thinks first"),
-    ("test_compat_anthropic.py", "test_anthropic_thinking_history_in_count_tokens", None, TEMPLATE),
-    ("test_compat_anthropic.py", "test_anthropic_thinking_history_in_template", None, TEMPLATE),
     ("test_compat_anthropic.py", "test_anthropic_thinking_with_reasoning_model", None, MODEL_TEXT),
     ("test_compat_oai_responses.py", "test_responses_with_openai_library", None, MODEL_TEXT),
     ("test_compat_oai_responses.py", "test_responses_stream_with_openai_library", None, MODEL_TEXT),
@@ -146,6 +146,9 @@ NOT_APPLICABLE = {"files": FILES, "tests": TESTS}
 # (file, test function, {param: value} or None, reason, [(their source text, its replacement)]): each source text is
 # replaced wherever it occurs in the function's source; one that does not occur makes the test fail as a stale
 # adaptation (their file changed).
+SLOW = "slow: a real-model test that llama.cpp's own default run leaves out (-m 'not slow'; SLOW_TESTS=1)"
+QWEN3_TEMPLATE = ("server.chat_template_file = '../../../models/templates/Qwen-Qwen3-0.6B.jinja'",
+                  "server.chat_template_file = None")
 THEIR_TEXT = ('assert match_regex("(Whiskers|Flana)+", res.body["content"])', 'assert res.body["content"]')
 PROCESSED_ALL = ('assert res.body["timings"]["prompt_n"] == 21  # all tokens are processed',
                  'assert res.body["timings"]["prompt_n"] == res.body["tokens_evaluated"]')
@@ -180,6 +183,17 @@ ADAPTED: list[tuple[str, str, dict | None, str, list[tuple[str, str]]]] = [
      "their model's text -> every parallel greedy request answers as the first",
      [('assert match_regex("(wise|kind|owl|answer)+", res.body["content"])',
        'assert res.body["content"] and res.body["content"] == results[0].body["content"]')]),
+    ("test_tool_call.py", "test_completion_without_tool_call_fast", None,
+     "another family's template (Llama 3.3) -> the model file's own: no tool_calls without tools or with "
+     "tool_choice none, whatever the template",
+     [("server.chat_template_file = f'../../../models/templates/{template_name}.jinja'",
+       "server.chat_template_file = None")]),
+    ("test_compat_anthropic.py", "test_anthropic_thinking_history_in_count_tokens", None,
+     "another family's template (Qwen3) -> the model file's own, which renders an answer's reasoning too",
+     [QWEN3_TEMPLATE]),
+    ("test_compat_anthropic.py", "test_anthropic_thinking_history_in_template", None,
+     "another family's template (Qwen3) -> the model file's own, which renders an answer's reasoning too",
+     [QWEN3_TEMPLATE]),
     ("test_slot_save.py", "test_slot_erase", None,
      "their model's text and token count (21 prompt tokens) -> some text; the whole prompt evaluated",
      [THEIR_TEXT, PROCESSED_ALL]),
@@ -359,11 +373,13 @@ def pytest_collection_modifyitems(config, items):
         params = getattr(getattr(item, "callspec", None), "params", {})
         file, name = Path(str(item.fspath)).name, item.originalname or item.name
         reason = not_applicable(file, name, params)
-        if reason:
-            item.add_marker(pytest.mark.skip(reason=reason))
-        elif adapted := adaptation(file, name, params):
+        if item.get_closest_marker("slow"):  # before N/A: their default run leaves these out too
+            item.add_marker(pytest.mark.skip(reason=SLOW))
+        elif adapted := adaptation(file, name, params):  # before N/A: a file's N/A may have adapted tests
             item.obj = adapted_function(item.obj, adapted[1])
             item.user_properties.append(("adapted", adapted[0]))
+        elif reason:
+            item.add_marker(pytest.mark.skip(reason=reason))
 
 
 def _pytest_runtest_call(item):
@@ -386,7 +402,8 @@ def pytest_runtest_logreport(report):
         return
     if report.skipped:
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
-        outcome = "n/a" if reason.startswith("Skipped: N/A") or reason.startswith("N/A") else "skipped"
+        bare = reason.removeprefix("Skipped: ")
+        outcome = "n/a" if bare.startswith("N/A") else "slow" if bare.startswith("slow:") else "skipped"
     else:
         outcome = report.outcome
         reason = "" if report.passed else (report.longrepr.reprcrash.message if hasattr(report.longrepr, "reprcrash")
@@ -455,20 +472,21 @@ def report(results: Path, flaglog: Path, files: list[str], run_dir: Path, json_o
             by_test[r["id"]] = r
     for r in by_test.values():  # the classification as it is now (an earlier run may predate an entry)
         file, name = r["id"].split("::")[0].split("/")[-1], r["id"].split("::")[-1].split("[")[0]
-        if r["outcome"] != "n/a" and (reason := not_applicable(file, name, {})):
+        if r["outcome"] not in ("n/a", "slow", "adapted") and adaptation(file, name, {}) is None \
+                and (reason := not_applicable(file, name, {})):
             r.update(outcome="n/a", reason=reason)
     table = {f: Counter() for f in files}
     for r in by_test.values():
         table.setdefault(r["id"].split("::")[0].split("/")[-1], Counter())[r["outcome"]] += 1
     total = Counter()
-    print("| file | passed as written | passed adapted | failed | skipped | N/A | applicable |\n"
-          "|---|---:|---:|---:|---:|---:|---:|")
+    print("| file | passed as written | passed adapted | failed | skipped | slow, not run | N/A | applicable |\n"
+          "|---|---:|---:|---:|---:|---:|---:|---:|")
     for f, c in list(table.items()) + [("total", None)]:
         if c is None:
             f, c = "total", total
         else:
             total += c
-        print(f"| {f} | {c['passed']} | {c['adapted']} | {c['failed']} | {c['skipped']} | {c['n/a']} | "
+        print(f"| {f} | {c['passed']} | {c['adapted']} | {c['failed']} | {c['skipped']} | {c['slow']} | {c['n/a']} | "
               f"{c['passed'] + c['adapted'] + c['failed']} |")
     print("\nfailures:")
     for r in by_test.values():

@@ -588,3 +588,23 @@ def test_reasoning_budget_takes_llama_servers_two_values():
     from glm5next_runtime.server.args import parse_args
     with pytest.raises(SystemExit):
         parse_args(["-m", "x.gguf", "--reasoning-budget", "512"])
+
+
+@pytest.mark.parametrize("server_verbose, asked, carries", [(True, None, True), (True, False, False),
+                                                            (False, None, False), (False, True, True)])
+def test_the_servers_verbose_flag_makes_verbose_the_default(model, server_verbose, asked, carries):
+    """-v, as llama-server's --verbose: every response that is not streamed carries __verbose unless the request
+    says verbose false (their test_chat_template_assistant_prefill reads the prompt from it)."""
+    from glm5next_runtime.server.main import chat_template
+    from glm5next_runtime.server.args import parse_args
+    from glm5next_runtime.server.request_defaults import RequestDefaults
+    args = parse_args(["-m", model.path] + (["-v"] if server_verbose else []))
+    template = chat_template(model, args)
+    config = ServerConfig(model_name="m", chat_template=template, sampling=RequestDefaults(verbose=args.verbose))
+    try:
+        with TestClient(create_app(SlotPool([model]), config)) as client:
+            chat = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2, "temperature": 0} | (
+                {} if asked is None else {"verbose": asked})
+            assert ("__verbose" in client.post("/v1/chat/completions", json=chat).json()) == carries
+    finally:
+        template.close()

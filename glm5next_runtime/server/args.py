@@ -37,7 +37,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     common.add_argument("-fa", "--flash-attn", choices=("on", "off", "auto"), nargs="?", const="on", default="auto",
                         help="accepted for llama-server's command lines; no effect: the engine's attention is its own "
                         "(auto)")
-    common.add_argument("-v", "--verbose", "--log-verbose", action="store_true", help="log at debug level")
+    common.add_argument("-v", "--verbose", "--log-verbose", action="store_true",
+                        help="log at debug level, and every response that is not streamed carries __verbose (a "
+                             "request's verbose field wins), as llama-server's")
 
     sampling = p.add_argument_group("sampling params", "server-wide defaults: a request's own field wins")
     d = RequestDefaults()
