@@ -136,6 +136,9 @@ class GenerationStream(Iterator[str]):
         self.tokens = [] if tokens is None else tokens
         self.logprobs = logprobs
         self.result: GenerationResult | None = None
+        # a scheduled generation's prompt once evaluated (processed = total, time_ms: its evaluation), before its
+        # first piece: what per-token timings report mid-stream (None before, and for Generation.run's streams)
+        self.prompt: PromptProgress | None = None
 
     def __next__(self) -> str:
         try:

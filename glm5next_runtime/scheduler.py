@@ -338,6 +338,8 @@ class Scheduler:
             handle.masks = None
         if handle.first_token_at is None:
             handle.first_token_at = time.perf_counter()
+            stats, total = generator.stats, len(job.prompt)
+            handle.stream.prompt = PromptProgress(total, stats["n_cached_tokens"], total, stats["prompt_ms"])
         if not run.done:  # (max_tokens 0: the prompt only)
             for piece in run.feed(emitted, generator.probs if run.logprobs is not None else []):
                 handle.send(piece)

@@ -368,7 +368,8 @@ def test_responses_refusals_name_the_field_in_openais_shape(srv, body, words):
 # ------------------------------------------------------------------------------------------ replies in-process
 
 def finished(text: str, reason: str = "stop") -> GenerationResult:
-    metrics = {"n_prompt_tokens": 7, "n_cached_tokens": 3, "n_generated": 5}
+    metrics = {"n_prompt_tokens": 7, "n_cached_tokens": 3, "n_generated": 5, "prompt_ms": 2.0, "decode_ms": 4.0,
+               "prompt_tokens_per_s": 2e3, "n_drafted": 0, "n_accepted": 0}  # a result's metrics (generate.py)
     return GenerationResult(text, [1, 2, 3, 4, 5], reason, metrics)
 
 

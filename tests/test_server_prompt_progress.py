@@ -98,3 +98,20 @@ def test_no_progress_unless_a_stream_asks(server, body):
         assert status == 200 and "prompt_progress" not in out
     else:
         assert not any("prompt_progress" in c for c in events(server, "/v1/chat/completions", request))
+
+
+def test_per_token_timings_carry_the_prompts_side(server):
+    """timings_per_token (llama-server's telemetry): every text delta of a Responses stream and every native chunk
+    carries the timings so far, the prompt's side as the final timings say it and the generation's growing; the
+    Responses stream's last event has the final timings."""
+    chunks = events(server, "/v1/responses", {"input": "Timed. " + PROMPT, "max_output_tokens": 6, "temperature": 0,
+                                             "timings_per_token": True})
+    final = chunks[-1]["timings"]
+    deltas = [c["timings"] for c in chunks if c["type"].endswith(".delta")]
+    assert deltas and all("timings" in c for c in chunks if c["type"].endswith(".delta"))
+    assert all(t["prompt_n"] == final["prompt_n"] > 0 and t["prompt_ms"] == final["prompt_ms"] for t in deltas)
+    assert [t["predicted_n"] for t in deltas] == sorted(t["predicted_n"] for t in deltas) and final["predicted_n"] == 6
+    native = events(server, "/completion", {"prompt": "Timed natively. " + PROMPT, "n_predict": 6, "temperature": 0,
+                                            "timings_per_token": True})
+    pieces = [c["timings"] for c in native if not c["stop"]]
+    assert pieces and all(t["prompt_n"] == native[-1]["timings"]["prompt_n"] > 0 for t in pieces)

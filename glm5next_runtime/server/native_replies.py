@@ -6,13 +6,12 @@ it could still be a stop string or part of a character) goes with the next chunk
 has no [DONE]."""
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..generate import GenerationResult, PromptProgress
 from .logprobs import TokenPieces, token_probs
-from .responses import Reply, timings
+from .responses import Reply, TimingsSoFar, prompt_timings, timings
 from .slot_tasks import SlotTask
 
 
@@ -50,10 +49,11 @@ class NativeCompletionReply(Reply):
         self._task: SlotTask | None = None
         self._n_sent = 0  # generated tokens already in stream chunks
         self._held = ""  # text that came without a token of its own, for the next chunk
-        self._first_piece: float | None = None
+        self._so_far: TimingsSoFar | None = None  # timings_per_token
 
     def bind(self, task: SlotTask) -> None:
         self._task = task
+        self._so_far = TimingsSoFar(task.stream)
 
     def whole(self, result: GenerationResult) -> dict[str, Any]:
         out = self._summary(result, result.text, list(result.tokens) if self._return_tokens else [])
@@ -72,7 +72,7 @@ class NativeCompletionReply(Reply):
         chunk = {"index": 0, "content": text, "tokens": new, "stop": False, "id_slot": task.slot,
                  "tokens_predicted": self._n_sent, "tokens_evaluated": task.n_prompt_tokens}
         if self._timings_per_token:
-            chunk["timings"] = self._timings_so_far()
+            chunk["timings"] = self._so_far.now()
         if task.stream.logprobs is not None:
             chunk["completion_probabilities"] = token_probs(task.stream.logprobs[self._n_sent - len(new):self._n_sent],
                                                             self._pieces)
@@ -86,13 +86,8 @@ class NativeCompletionReply(Reply):
         chunk = {"index": 0, "content": "", "tokens": [], "stop": False, "id_slot": task.slot, "tokens_predicted": 0,
                  "tokens_evaluated": task.n_prompt_tokens, "prompt_progress": progress._asdict()}
         if self._timings_per_token:  # the prompt's side so far (llama-server's: 0 before its first ubatch)
-            n = progress.processed - progress.cache
-            ms = progress.time_ms
-            chunk["timings"] = {"cache_n": progress.cache, "prompt_n": n, "prompt_ms": ms,
-                                "prompt_per_token_ms": ms / n if n else 0.0,
-                                "prompt_per_second": n / ms * 1e3 if ms > 0 else 0.0,
-                                "predicted_n": 0, "predicted_ms": 0.0, "predicted_per_token_ms": 0.0,
-                                "predicted_per_second": 0.0}
+            chunk["timings"] = prompt_timings(progress) | {"predicted_n": 0, "predicted_ms": 0.0,
+                                                           "predicted_per_token_ms": 0.0, "predicted_per_second": 0.0}
         return [chunk]
 
     def _summary(self, result: GenerationResult, content: str, tokens: list[int]) -> dict[str, Any]:
@@ -109,18 +104,6 @@ class NativeCompletionReply(Reply):
             "truncated": result.finish_reason == "length" and n_tokens >= self._n_ctx,
             "stop_type": stop_type, "stopping_word": word, "tokens_cached": n_tokens, "timings": timings(m),
         }
-
-    def _timings_so_far(self) -> dict[str, float]:
-        """The generation's side of llama-server's timings, measured here from the first text piece (the prompt's
-        side is known at the end: the last chunk has all of it)."""
-        now = time.perf_counter()
-        if self._first_piece is None:
-            self._first_piece = now
-        ms = (now - self._first_piece) * 1e3
-        n = self._n_sent
-        steps = max(n - 1, 0)  # since the first piece: llama-server's rates are over the decode steps
-        return {"predicted_n": n, "predicted_ms": ms, "predicted_per_token_ms": ms / steps if steps else 0.0,
-                "predicted_per_second": steps / ms * 1e3 if ms > 0 else 0.0}
 
     def _bound(self) -> SlotTask:
         assert self._task is not None, "bind() comes before the response"

@@ -44,7 +44,6 @@ class NativeCompletionRequest(GenerationRequest):
         description="text, token ids, a list mixing both, or {\"prompt_string\": text}; a list of such prompts "
         "(one without token ids at its top) is several prompts")
     return_tokens: bool = Field(False, description="the generated ids in `tokens`")
-    timings_per_token: bool = Field(False, description="stream chunks carry the generation's timings so far")
 
     def prompts(self) -> list[MixedPrompt]:
         """The prompts as text or ids (an object's prompt_string), as llama-server's tokenize_input_prompts reads

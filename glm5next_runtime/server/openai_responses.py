@@ -35,7 +35,7 @@ def create_responses_router(config: ServerConfig, path: RequestPath) -> APIRoute
                 "tool_choice": "auto" if body.tool_choice is None else body.tool_choice,
                 "parallel_tool_calls": chat.parallel_tool_calls}
         reply = ResponsesReply(body.model or config.model_name, chat.splits_reasoning() and opens_think_block(prompt),
-                               echo, reply_tools(chat))
+                               echo, reply_tools(chat), chat.timings_per_token)
         return await path.generate(request, chat, ids, reply, "responses")
 
     @router.post("/v1/responses/input_tokens")

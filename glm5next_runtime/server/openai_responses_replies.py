@@ -25,7 +25,8 @@ from typing import Any
 from ..generate import GenerationResult, PromptProgress
 from .errors import APIError
 from .reply_parts import Change, Part, Parts, whole_parts
-from .responses import Reply, typed_sse
+from .responses import Reply, TimingsSoFar, timings, typed_sse
+from .slot_tasks import SlotTask
 from .tool_replies import ToolCalls
 
 PART_TYPES = {"reasoning": "reasoning_text", "text": "output_text"}
@@ -39,8 +40,11 @@ class ResponsesReply(Reply):
 
     stream_end = None
 
-    def __init__(self, model_name: str, reasoning: bool, echo: dict[str, Any], tools: ToolCalls | None = None):
+    def __init__(self, model_name: str, reasoning: bool, echo: dict[str, Any], tools: ToolCalls | None = None,
+                 timings_per_token: bool = False):
         super().__init__(model_name)
+        self._timings_per_token = timings_per_token
+        self._so_far: TimingsSoFar | None = None
         self.id = f"resp_{uuid.uuid4().hex}"
         self._reasoning = reasoning
         self._tools = tools
@@ -64,8 +68,17 @@ class ResponsesReply(Reply):
         return [self._event("response.created", response=response),
                 self._event("response.in_progress", response=response)]
 
+    def bind(self, task: SlotTask) -> None:
+        super().bind(task)
+        self._so_far = TimingsSoFar(task.stream)
+
     def piece(self, text: str) -> list[dict[str, Any]]:
-        return [e for change in self._parts.feed(text) for e in self._events(change, "completed")]
+        events = [e for change in self._parts.feed(text) for e in self._events(change, "completed")]
+        if self._timings_per_token and self._so_far is not None:  # llama-server's: on the text deltas
+            for e in events:
+                if e["type"].endswith(".delta"):
+                    e["timings"] = self._so_far.now()
+        return events
 
     def progress(self, progress: PromptProgress) -> list[dict[str, Any]]:
         return [self._event("response.in_progress", response=self._response("in_progress", [], None),
@@ -76,7 +89,8 @@ class ResponsesReply(Reply):
         events = [e for change in self._parts.close() for e in self._events(change, status)]
         parts = self._parts.done
         output = [self._item(p, p.text, item_status(p, parts, status)) for p in parts]
-        return events + [self._event(f"response.{status}", response=self._response(status, output, result))]
+        return events + [self._event(f"response.{status}", response=self._response(status, output, result),
+                                     timings=timings(result.metrics))]
 
     def _events(self, change: Change, status: str) -> list[dict[str, Any]]:
         """The events of one change of the output's parts; a part closed now gets `status`."""

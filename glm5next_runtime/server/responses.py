@@ -13,7 +13,7 @@ from abc import ABC, abstractmethod
 from typing import Any
 
 from ..chat import ReasoningSplitter, split_reasoning
-from ..generate import GenerationResult, PromptProgress, TokenLogprob
+from ..generate import GenerationResult, GenerationStream, PromptProgress, TokenLogprob
 from .build_info import BUILD_INFO
 from .errors import APIError
 from .logprobs import LogprobFeed, TokenPieces, chat_logprobs, completion_logprobs
@@ -62,6 +62,36 @@ def timings(m: dict) -> dict[str, float]:
         "draft_n": m["n_drafted"],
         "draft_n_accepted": m["n_accepted"],
     }
+
+
+def prompt_timings(prompt: PromptProgress | None) -> dict[str, float]:
+    """The prompt's side of llama-server's timings from how far it has come (zeros before it started)."""
+    if prompt is None:
+        return {"cache_n": 0, "prompt_n": 0, "prompt_ms": 0.0, "prompt_per_token_ms": 0.0, "prompt_per_second": 0.0}
+    n, ms = prompt.processed - prompt.cache, prompt.time_ms
+    return {"cache_n": prompt.cache, "prompt_n": n, "prompt_ms": ms, "prompt_per_token_ms": ms / n if n else 0.0,
+            "prompt_per_second": n / ms * 1e3 if ms > 0 else 0.0}
+
+
+class TimingsSoFar:
+    """llama-server's timings of a stream so far (timings_per_token): the prompt's side once it is evaluated
+    (GenerationStream.prompt), the generation's measured here from the first piece on."""
+
+    def __init__(self, stream: GenerationStream):
+        self._stream = stream
+        self._first: float | None = None
+
+    def now(self) -> dict[str, float]:
+        """At a piece: n the tokens generated so far."""
+        now = time.perf_counter()
+        if self._first is None:
+            self._first = now
+        ms = (now - self._first) * 1e3
+        n = len(self._stream.tokens)
+        steps = max(n - 1, 0)  # since the first piece: llama-server's rates are over the decode steps
+        return prompt_timings(self._stream.prompt) | {
+            "predicted_n": n, "predicted_ms": ms, "predicted_per_token_ms": ms / steps if steps else 0.0,
+            "predicted_per_second": steps / ms * 1e3 if ms > 0 else 0.0}
 
 
 class Reply(ABC):

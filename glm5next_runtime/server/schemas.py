@@ -197,6 +197,8 @@ class GenerationRequest(BaseModel):
     n_indent: refused("n_indent", off(0)) = None
     t_max_predict_ms: refused("a time limit on generation", off(0)) = None
     return_tokens: refused("returning token ids", off(False)) = None
+    timings_per_token: bool = Field(False, description="llama-server's: stream chunks carry the generation's "
+                                    "timings so far (native and Responses streams)")
     return_progress: bool = Field(False, description="llama-server's: a stream carries prompt_progress events ({total, "
                                   "cache, processed, time_ms}) when the prompt starts and as its ubatches are "
                                   "evaluated, before the first token")
