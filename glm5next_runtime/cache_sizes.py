@@ -40,7 +40,8 @@ def sequence_cache_bytes(config: Mapping[str, Any], n_ctx: int, drafting: bool) 
     indexers = t.get("indexer_types") or ["full"] * len(kinds)
     kda = t["linear_attn_config"]
     heads, head_dim, kernel = kda["num_heads"], kda["head_dim"], kda["short_conv_kernel_size"]
-    kda_bytes = _tensor((kernel - 1) * 3 * heads * head_dim) + _tensor(head_dim * head_dim * heads)
+    conv, state = (kernel - 1) * 3 * heads * head_dim, head_dim * head_dim * heads  # floats of a KDA layer's
+    kda_bytes = _tensor(conv) + _tensor(state)
 
     def dsa(full: bool) -> int:
         n = _tensor(t["kv_lora_rank"] * n_ctx)
@@ -55,6 +56,5 @@ def sequence_cache_bytes(config: Mapping[str, Any], n_ctx: int, drafting: bool) 
     if drafting and t.get("num_nextn_predict_layers", 0) > 0:
         growing += dsa(True)
     # a checkpoint copies the states to host memory, unpadded, with the last row's hidden state
-    checkpoint = n_kda * ((kernel - 1) * 3 * heads * head_dim + head_dim * head_dim * heads) * F32 \
-        + t["hidden_size"] * F32
+    checkpoint = (n_kda * (conv + state) + t["hidden_size"]) * F32
     return {"total": fixed + growing, "fixed": fixed, "per_token": growing // n_ctx, "checkpoint": checkpoint}

@@ -107,6 +107,8 @@ class ScheduledGeneration:
 
     def report_progress(self) -> None:
         """With progress: how far the prompt has come, unless that was said already (processed only grows)."""
+        if self.reported is not None and self.reported.processed == self.reported.total:
+            return  # the prompt is done: nothing more to say, every step after
         generator = self.job.generator
         total = len(self.job.prompt)
         processed = total - generator.prompt_left

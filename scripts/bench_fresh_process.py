@@ -13,10 +13,11 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import statistics
 import subprocess
 import sys
 from pathlib import Path
+
+from glm5next_runtime import bench
 
 CHILD = """
 import json, sys, time
@@ -61,10 +62,9 @@ def main() -> None:
         logs.append(math.log(r["plain"] / r["auto"]))
         print(f"process {i + 1}: default {r['plain'] / r['auto']:.3f}x plain decoding, outputs identical: "
               f"{r['same']}, load {r['load_s'] * 1e3:.0f} ms", flush=True)
-    mean = statistics.fmean(logs)
-    se = statistics.stdev(logs) / math.sqrt(len(logs)) if len(logs) > 1 else float("nan")
+    r = bench.paired_speedup(logs)
     print(f"{a.model.name}, -t {a.threads}, d{a.depth} tg{a.n_gen}, {len(a.files)} prompts per process, "
-          f"{len(logs)} processes: default {math.exp(mean):.3f}x plain decoding (+- {math.exp(mean) * se:.3f})")
+          f"{len(logs)} processes: default {r['speedup']:.3f}x plain decoding (+- {r['speedup_se']:.3f})")
 
 
 if __name__ == "__main__":

@@ -200,12 +200,15 @@ ADAPTED: list[tuple[str, str, dict | None, str, list[tuple[str, str]]]] = [
 ]
 
 
+def names(entry: tuple, file: str, name: str, params: dict) -> bool:
+    """Whether an entry of TESTS or ADAPTED (file, test function, {param: value} or None, ...) names this test."""
+    f, fn, match = entry[:3]
+    return f == file and fn == name and all(params.get(k) == v for k, v in (match or {}).items())
+
+
 def adaptation(file: str, name: str, params: dict) -> tuple[str, list[tuple[str, str]]] | None:
     """The (reason, rewrites) that adapt a collected test, or None."""
-    for f, fn, match, reason, rewrites in ADAPTED:
-        if f == file and fn == name and all(params.get(k) == v for k, v in (match or {}).items()):
-            return reason, rewrites
-    return None
+    return next((entry[3:] for entry in ADAPTED if names(entry, file, name, params)), None)
 
 
 def adapted_function(func, rewrites: list[tuple[str, str]]):
@@ -233,10 +236,7 @@ def not_applicable(file: str, name: str, params: dict) -> str | None:
     """Why a collected test does not apply to this server, or None."""
     if file in FILES:
         return FILES[file]
-    for f, fn, match, reason in TESTS:
-        if f == file and fn == name and all(params.get(k) == v for k, v in (match or {}).items()):
-            return reason
-    return None
+    return next((entry[3] for entry in TESTS if names(entry, file, name, params)), None)
 
 
 # --- llama-server's flags -> glm5next-server's ----------------------------------------------------------------

@@ -209,10 +209,11 @@ int64_t Sequence::resumable(const std::vector<int32_t> & prompt, bool draft_rows
 }
 
 int64_t Sequence::resume(const std::vector<int32_t> & prompt, bool draft_rows, std::vector<float> & hidden,
-                         std::vector<float> & logits) {
+                         std::vector<float> & logits, bool * from_checkpoint) {
     std::lock_guard<std::recursive_mutex> lock(engine_.mutex());
     check_no_pending_verify();
     logits.clear();
+    if (from_checkpoint != nullptr) *from_checkpoint = false;
     const int64_t n = (int64_t) prompt.size();
     const int64_t common = common_prefix(prompt), draft_bound = draft_rows ? draft_rows_end() : INT64_MAX;
     const Checkpoint * whole = common == n && n <= draft_bound ? checkpoints_.with_logits_at(n) : nullptr;
@@ -229,6 +230,7 @@ int64_t Sequence::resume(const std::vector<int32_t> & prompt, bool draft_rows, s
         return 0;
     }
     cache_.restore(c->trunk);
+    if (from_checkpoint != nullptr) *from_checkpoint = true;
     tokens_.resize(c->n_past());
     last_hidden_ = c->hidden;
     if (whole) logits = c->logits;

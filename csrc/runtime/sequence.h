@@ -74,9 +74,10 @@ public:
     // whole prompt and `logits` receives them [n_vocab] (else it is emptied). With `draft_rows`, the NextN
     // layer's rows before c-1 must also have been written from the trunk (draft_rows from_trunk), so that
     // drafting after a hit is drafting without one. `hidden` receives row c-1's post-norm hidden state [n_embd]
-    // (the draft head's row c-1 needs it).
+    // (the draft head's row c-1 needs it). `from_checkpoint` (if given) says whether the c rows came from a context
+    // checkpoint rather than the sequence as it was.
     int64_t resume(const std::vector<int32_t> & prompt, bool draft_rows, std::vector<float> & hidden,
-                   std::vector<float> & logits);
+                   std::vector<float> & logits, bool * from_checkpoint = nullptr);
     // The most of `prompt` resume(prompt, draft_rows) could keep, without changing anything: its common prefix with
     // the sequence's tokens, with draft_rows bounded by the NextN layer's rows written from the trunk (checkpoints
     // may keep fewer).

@@ -166,9 +166,7 @@ void Generator::begin_prompt(const std::vector<int32_t> & prompt, bool cache_pro
     int64_t c = 0;
     prompt_out_.logits.clear();
     if (cache_prompt) {
-        const int64_t n_past = seq_.n_past();
-        c = seq_.resume(prompt, drafting(), h_before, prompt_out_.logits);
-        stats_.from_checkpoint = c > 0 && (c != n_past || !prompt_out_.logits.empty());
+        c = seq_.resume(prompt, drafting(), h_before, prompt_out_.logits, &stats_.from_checkpoint);
     } else {
         seq_.reset();
     }

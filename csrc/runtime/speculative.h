@@ -76,8 +76,9 @@ public:
     // Evaluates `prompt` and samples the first token, which it returns. With `cache_prompt` the sequence keeps the
     // longest prefix of the prompt it can resume from (Sequence::resume) and evaluates only the rest; without, it
     // starts over. Either way it then keeps a checkpoint at the end of the prompt (where the next turn of a chat
-    // starts) and at the rows of runtime/checkpoint_plan.h (where a re-rendered next turn parts) and, when speculating, writes the NextN layer's rows for the prompt at once (not with the first
-    // draft), so that a later request, drafting or not, can resume from it. Throws std::invalid_argument for an
+    // starts) and at the rows of runtime/checkpoint_plan.h (where a re-rendered next turn parts) and, when
+    // speculating, writes the NextN layer's rows for the prompt at once (not with the first draft), so that a later
+    // request, drafting or not, can resume from it. Throws std::invalid_argument for an
     // empty prompt, a token outside the vocabulary or a prompt longer than n_ctx.
     // mask: [mask_words(n_vocab)] token bitmask for the first token (sampling.h), or null.
     int32_t start(const std::vector<int32_t> & prompt, bool cache_prompt = false, const uint32_t * mask = nullptr);

@@ -336,7 +336,8 @@ def create_app(pool: SlotPool, config: ServerConfig) -> FastAPI:
 
     def observe(endpoint: str, task: SlotTask, result_metrics: dict[str, Any]) -> None:
         metrics.observe(endpoint, result_metrics)
-        log.debug("%s", prompt_cache_line(task, result_metrics))
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("%s", prompt_cache_line(task, result_metrics))
 
     async def stream_events(stream: GenerationStream, reply: Reply, endpoint: str,
                             task: SlotTask) -> AsyncIterator[str]:

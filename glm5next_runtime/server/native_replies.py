@@ -11,7 +11,7 @@ from typing import Any
 
 from ..generate import GenerationResult, PromptProgress
 from .logprobs import TokenPieces, token_probs
-from .responses import Reply, TimingsSoFar, prompt_timings, timings
+from .responses import Reply, TimingsSoFar, predicted_side, prompt_timings, timings
 from .slot_tasks import SlotTask
 
 
@@ -86,8 +86,7 @@ class NativeCompletionReply(Reply):
         chunk = {"index": 0, "content": "", "tokens": [], "stop": False, "id_slot": task.slot, "tokens_predicted": 0,
                  "tokens_evaluated": task.n_prompt_tokens, "prompt_progress": progress._asdict()}
         if self._timings_per_token:  # the prompt's side so far (llama-server's: 0 before its first ubatch)
-            chunk["timings"] = prompt_timings(progress) | {"predicted_n": 0, "predicted_ms": 0.0,
-                                                           "predicted_per_token_ms": 0.0, "predicted_per_second": 0.0}
+            chunk["timings"] = prompt_timings(progress) | predicted_side(0, 0.0)
         return [chunk]
 
     def _summary(self, result: GenerationResult, content: str, tokens: list[int]) -> dict[str, Any]:

@@ -46,31 +46,30 @@ def timings(m: dict) -> dict[str, float]:
     prompt_n evaluated (draft_n: drafted tokens, draft_n_accepted: accepted). The generation's rates are over its
     decode steps, one fewer than its tokens, as llama-server counts them: the first token comes with the prompt's
     logits (0 for a single token)."""
-    cache_n, predicted_n = m["n_cached_tokens"], m["n_generated"]
-    prompt_n = m["n_prompt_tokens"] - cache_n
-    steps, decode_ms = max(predicted_n - 1, 0), m["decode_ms"]
-    return {
-        "cache_n": cache_n,
-        "prompt_n": prompt_n,
-        "prompt_ms": m["prompt_ms"],
-        "prompt_per_token_ms": m["prompt_ms"] / prompt_n if prompt_n else 0.0,
-        "prompt_per_second": m["prompt_tokens_per_s"],
-        "predicted_n": predicted_n,
-        "predicted_ms": m["decode_ms"],
-        "predicted_per_token_ms": decode_ms / steps if steps else 0.0,
-        "predicted_per_second": 1e3 / decode_ms * steps if decode_ms > 0 else 0.0,
-        "draft_n": m["n_drafted"],
-        "draft_n_accepted": m["n_accepted"],
-    }
+    cache_n = m["n_cached_tokens"]
+    return prompt_side(cache_n, m["n_prompt_tokens"] - cache_n, m["prompt_ms"]) \
+        | predicted_side(m["n_generated"], m["decode_ms"]) \
+        | {"draft_n": m["n_drafted"], "draft_n_accepted": m["n_accepted"]}
+
+
+def prompt_side(cache_n: int, n: int, ms: float) -> dict[str, float]:
+    """The prompt's side of llama-server's timings: cache_n tokens resumed, n evaluated in ms."""
+    return {"cache_n": cache_n, "prompt_n": n, "prompt_ms": ms, "prompt_per_token_ms": ms / n if n else 0.0,
+            "prompt_per_second": n / ms * 1e3 if ms > 0 else 0.0}
+
+
+def predicted_side(n: int, ms: float) -> dict[str, float]:
+    """The generation's side of llama-server's timings: n tokens in ms, rates over the decode steps (n - 1)."""
+    steps = max(n - 1, 0)
+    return {"predicted_n": n, "predicted_ms": ms, "predicted_per_token_ms": ms / steps if steps else 0.0,
+            "predicted_per_second": steps / ms * 1e3 if ms > 0 else 0.0}
 
 
 def prompt_timings(prompt: PromptProgress | None) -> dict[str, float]:
     """The prompt's side of llama-server's timings from how far it has come (zeros before it started)."""
     if prompt is None:
-        return {"cache_n": 0, "prompt_n": 0, "prompt_ms": 0.0, "prompt_per_token_ms": 0.0, "prompt_per_second": 0.0}
-    n, ms = prompt.processed - prompt.cache, prompt.time_ms
-    return {"cache_n": prompt.cache, "prompt_n": n, "prompt_ms": ms, "prompt_per_token_ms": ms / n if n else 0.0,
-            "prompt_per_second": n / ms * 1e3 if ms > 0 else 0.0}
+        return prompt_side(0, 0, 0.0)
+    return prompt_side(prompt.cache, prompt.processed - prompt.cache, prompt.time_ms)
 
 
 class TimingsSoFar:
@@ -82,16 +81,12 @@ class TimingsSoFar:
         self._first: float | None = None
 
     def now(self) -> dict[str, float]:
-        """At a piece: n the tokens generated so far."""
+        """At a piece: the timings with the tokens generated so far."""
         now = time.perf_counter()
         if self._first is None:
             self._first = now
-        ms = (now - self._first) * 1e3
-        n = len(self._stream.tokens)
-        steps = max(n - 1, 0)  # since the first piece: llama-server's rates are over the decode steps
-        return prompt_timings(self._stream.prompt) | {
-            "predicted_n": n, "predicted_ms": ms, "predicted_per_token_ms": ms / steps if steps else 0.0,
-            "predicted_per_second": steps / ms * 1e3 if ms > 0 else 0.0}
+        return prompt_timings(self._stream.prompt) | predicted_side(len(self._stream.tokens),
+                                                                    (now - self._first) * 1e3)
 
 
 class Reply(ABC):
