@@ -1,4 +1,4 @@
-"""glm5next_convert: GLM-5.3-Flash Hugging Face checkpoints -> GGUF (../shared/spec/gguf.md).
+"""glm5next_convert: GLM-5.3-Flash Hugging Face checkpoints -> GGUF (docs/gguf.md).
 
     from glm5next_convert import convert
     convert("GLM-5.3-Flash/", "glm5next-q8_0.gguf", outtype="q8_0", mtp_type="q4_0")

@@ -140,7 +140,7 @@ class Checkpoint:
         return t.to(torch.float32).numpy()
 
     def _dequant_fp8(self, name: str, q):
-        """w = q * scale over (block_rows x block_cols) blocks, before any cast (model.md, gguf.md)."""
+        """w = q * scale over (block_rows x block_cols) blocks, before any cast (docs/gguf.md, Tensors)."""
         import torch
         scale_name = name + "_scale_inv"
         if scale_name not in self._where:

@@ -48,7 +48,7 @@ def default_outfile(hf_dir: Path, outtype: str) -> Path:
 def convert(hf_dir: str | Path, outfile: str | Path | None = None, outtype: str = "auto",
             mtp_type: str | None = None, layout: str = "combined", arch: str = "glm5next",
             progress: bool = True, log: Callable[[str], None] = print) -> Path:
-    """Convert a GLM-5.3-Flash hub checkpoint to GGUF (gguf.md) and return the output path.
+    """Convert a GLM-5.3-Flash hub checkpoint to GGUF (docs/gguf.md) and return the output path.
 
     outtype: f32 | f16 | bf16 | q8_0 | q4_0 | auto (the source's precision; FP8 sources give bf16), the
     type of the large 2-D weights. mtp_type: the same for the NextN layer (default: outtype).

@@ -1,4 +1,4 @@
-"""Hyper-parameters of a GLM-5.3-Flash checkpoint and the GGUF metadata they become (gguf.md, Metadata).
+"""Hyper-parameters of a GLM-5.3-Flash checkpoint and the GGUF metadata they become (docs/gguf.md, Metadata).
 
 Hub configs keep the text model's fields in `text_config`; text-only ("flat") configs keep them at the top
 level. Both are read, text_config first. Absent fields take transformers 5.23's `Glm5NextTextConfig`
@@ -170,7 +170,7 @@ def read_hparams(config: dict) -> HParams:
 
 
 def write_metadata(w, arch: str, hp: HParams, n_nextn: int, name: str) -> None:
-    """Write every `{arch}.` key of gguf.md for a file with `n_nextn` NextN layers (0 = trunk only).
+    """Write every `{arch}.` key of docs/gguf.md (Metadata) for a file with `n_nextn` NextN layers (0 = trunk only).
 
     `w` is a gguf.GGUFWriter created with `arch`.
     """

@@ -1,4 +1,4 @@
-"""Which ggml type each GGUF tensor gets (gguf.md, Types), and its bytes.
+"""Which ggml type each GGUF tensor gets (docs/gguf.md, Types), and its bytes.
 
 The rules mirror llama.cpp's quantizer for glm5-next (src/llama-quant.cpp of llama-cpp-python 0.3.36):
 small or precision-critical tensors stay F32; some 2-D weights are never quantized (kept at f16 when the

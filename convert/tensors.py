@@ -1,4 +1,4 @@
-"""The tensor plan: which HF tensors become which GGUF tensor, with which transform (gguf.md, Tensors).
+"""The tensor plan: which HF tensors become which GGUF tensor, with which transform (docs/gguf.md, Tensors).
 
 A plan is built from the hyper-parameters and the checkpoint's safetensors headers only; it checks that
 every tensor exists with the shape the config implies (and has a float dtype) before any data is read or any
@@ -14,7 +14,7 @@ import numpy as np
 from .checkpoint import FLOAT_DTYPES, Checkpoint, ConversionError
 from .hparams import HParams
 
-# transforms (gguf.md): name -> function of the source arrays
+# transforms (docs/gguf.md, Tensors): name -> function of the source arrays
 TRANSFORMS = {
     "copy": lambda a: a[0],
     "conv": lambda a: a[0].reshape(1, a[0].shape[0], 1, a[0].shape[-1]),  # [C,1,K] -> ggml {K,1,C,1}
@@ -89,7 +89,7 @@ class _LayerPlanner:
         self.add("attn_kv_a_mqa.weight", "self_attn.kv_a_proj_with_mqa.weight", (kvr + hp.qk_rope_head_dim, h))
         self.add("attn_kv_a_norm.weight", "self_attn.kv_a_layernorm.weight", (kvr,))
         kv_b = (nh * (nope + v), kvr)
-        # kv_b_proj viewed [heads, nope + v, kvr]: key part first, transposed (gguf.md)
+        # kv_b_proj viewed [heads, nope + v, kvr]: key part first, transposed (docs/gguf.md, Tensors)
         self.add("attn_k_b.weight", "self_attn.kv_b_proj.weight", kv_b, "k_b", out_shape=(nh, kvr, nope))
         self.add("attn_v_b.weight", "self_attn.kv_b_proj.weight", kv_b, "v_b", out_shape=(nh, v, kvr))
         self.out[-2].meta = self.out[-1].meta = {"heads": nh, "nope": nope}
@@ -130,7 +130,7 @@ class _LayerPlanner:
         self.add("nextn.enorm.weight", "enorm.weight", (h,))
         self.add("nextn.hnorm.weight", "hnorm.weight", (h,))
         self.add("nextn.shared_head_norm.weight", "shared_head.norm.weight", (h,))
-        # optional per gguf.md: the runtime falls back to token_embd / output
+        # optional (docs/gguf.md, Tensors): the runtime falls back to token_embd / output
         if self.hf + "embed_tokens.weight" in ckpt:
             self.add("nextn.embed_tokens.weight", "embed_tokens.weight", (v, h))
         if self.hf + "shared_head.head.weight" in ckpt:

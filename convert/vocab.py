@@ -1,4 +1,4 @@
-"""Tokenizer metadata (gguf.md, Tokenizer): GLM's byte-level BPE as llama.cpp's `gpt2` model, `glm4` pre."""
+"""Tokenizer metadata (docs/gguf.md, Tokenizer): GLM's byte-level BPE as llama.cpp's `gpt2` model, `glm4` pre."""
 from __future__ import annotations
 
 from dataclasses import dataclass

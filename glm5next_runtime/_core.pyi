@@ -50,7 +50,7 @@ class Model:
         """
     def tensor_table(self) -> list:
         """
-        tensor_table() -> list of (name: str, shape: list of int in ggml order (trailing 1s dropped), required: bool): every tensor the loader looked for under this file's hyper-parameters (gguf.md, Tensors); a file holds all required ones and may hold the others.
+        tensor_table() -> list of (name: str, shape: list of int in ggml order (trailing 1s dropped), required: bool): every tensor the loader looked for under this file's hyper-parameters (docs/gguf.md, Tensors); a file holds all required ones and may hold the others.
         """
     def tensors(self) -> list:
         """
@@ -241,7 +241,7 @@ class Seq:
         """
 class DraftChain:
     """
-    The NextN draft steps of one round (runtime.md,
+    The NextN draft steps of one round (docs/runtime.md,
     draft-MTP round, step 1): begin() writes the draft-head rows up to step 0; each next(token) is the following
     step on (z of the step before, token). With share=True steps >= 1 attend exactly step 0's selection (index
     sharing); with share=False each runs the head's own indexer. The caller picks the tokens.
@@ -330,7 +330,7 @@ class Sampler:
 class Generator:
     """
     Generation on a Sequence, optionally with draft-MTP
-    speculation (runtime.md, draft-MTP round). Greedy output is the same with and without speculation; sampled
+    speculation (docs/runtime.md, draft-MTP round). Greedy output is the same with and without speculation; sampled
     output keeps the target distribution (speculative sampling).
     """
     def __init__(self, sequence: Seq, n_max: typing.SupportsInt | typing.SupportsIndex = 3, n_min: typing.SupportsInt | typing.SupportsIndex = 0, p_min: typing.SupportsFloat | typing.SupportsIndex = 0.0, index_share: typing.SupportsInt | typing.SupportsIndex = -1, synthetic_accepted: typing.SupportsFloat | typing.SupportsIndex = -1.0, adaptive: bool = True, temperature: typing.SupportsFloat | typing.SupportsIndex = 0.800000011920929, top_k: typing.SupportsInt | typing.SupportsIndex = 40, top_p: typing.SupportsFloat | typing.SupportsIndex = 0.949999988079071, min_p: typing.SupportsFloat | typing.SupportsIndex = 0.05000000074505806, seed: typing.SupportsInt | typing.SupportsIndex = 0, n_probs: typing.SupportsInt | typing.SupportsIndex = -1, logit_bias: collections.abc.Sequence[tuple[typing.SupportsInt | typing.SupportsIndex, typing.SupportsFloat | typing.SupportsIndex]] = [], policy: ... = None, end_ids: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex] = []) -> None:

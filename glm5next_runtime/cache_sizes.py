@@ -22,7 +22,7 @@ ALIGN = 32  # ggml's CPU buffers place each tensor at a multiple of this (TENSOR
 
 def text_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
     """The text model's fields of a hub config.json: `text_config` when present, else the top level (flat
-    configs); model.md's rule, text_config first."""
+    configs); text_config first (docs/model.md, Real hyper-parameters)."""
     return config.get("text_config") or config
 
 

@@ -1,5 +1,5 @@
-"""Inspection of the NextN (MTP) draft head: what it drafts after a prompt, step by step (model.md, NextN draft
-head and index_share_for_mtp_iteration), through the same draft chain the speculative round runs
+"""Inspection of the NextN (MTP) draft head: what it drafts after a prompt, step by step (docs/model.md, NextN
+draft head and index_share_for_mtp_iteration), through the same draft chain the speculative round runs
 (_core.DraftChain, csrc/runtime/draft_chain.h), with each step's token chosen greedily here."""
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ class DraftResult:
 
 def selected_positions(pools: np.ndarray, pos: int, kpool: int, tail: bool) -> set[int]:
     """Key positions a row at `pos` attends: the rows of its chosen pools (int32, -1 = none) plus, with the tail
-    on, the incomplete pool ending at `pos` (model.md, Indexer), as the engine's graphs derive them."""
+    on, the incomplete pool ending at `pos` (docs/model.md, Indexer), as the engine's graphs derive them."""
     return set(_core.selected_rows([int(p) for p in pools], pos, kpool, tail))
 
 

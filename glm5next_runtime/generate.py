@@ -268,8 +268,8 @@ class Generation:
 
 
 def _metrics(stats: dict, n_generated: int, decode_s: float) -> dict:
-    """Timings and, when speculating, the draft-MTP counters (runtime.md: drafts, drafted, accepted, acceptance
-    per position, mean accepted length, draft vs verify time)."""
+    """Timings and, when speculating, the draft-MTP counters (docs/runtime.md, Metrics: drafts, drafted, accepted,
+    acceptance per position, mean accepted length, draft vs verify time)."""
     prompt_s = stats["prompt_ms"] / 1e3
     out = {
         "n_prompt_tokens": stats["n_prompt_tokens"],

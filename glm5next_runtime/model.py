@@ -86,7 +86,7 @@ class Model:
         spec_type: "draft-mtp" (speculate with the file's NextN layer), "none" (no drafting: the sequences keep
             no NextN layer caches, as llama.cpp), or None: draft-mtp when the file has a NextN layer, else none.
         draft_n_max, draft_n_min, draft_p_min: drafts per round, the shortest draft worth verifying, and the draft
-            probability below which drafting stops (runtime.md, draft-MTP round).
+            probability below which drafting stops (docs/runtime.md, draft-MTP round).
         draft_adaptive: each round drafts as many as pay on this machine and file, at most draft_n_max, from the
             acceptance and timings the generation measures (none when drafting does not pay; _core.DraftLengthPolicy).
             Greedy output is the same either way. Sampled output depends on the draft lengths, so a generation that
@@ -223,7 +223,7 @@ class Model:
         Returns float32 logits: [len(tokens), n_vocab] with logits_all, else [n_vocab] for the last row. The
         post-norm hidden states and the indexer selections of these rows are then in `hidden` and
         `selected_positions(layer)`. Raises ValueError for no tokens, an id outside the vocabulary, or more
-        tokens than the context has left (math: ../shared/spec/model.md, Trunk).
+        tokens than the context has left (math: docs/model.md, Trunk).
         """
         self._last = self._seq.eval([int(t) for t in tokens], logits_all)
         logits = self._last["logits"]
@@ -256,7 +256,7 @@ class Model:
 
     def selected_positions(self, layer: int) -> list[set[int]]:
         """Per row of the last eval, the key positions DSA layer `layer` attends: the rows of the chosen pools
-        plus, with kpool_select_tail, the incomplete pool ending at the row (model.md, Indexer)."""
+        plus, with kpool_select_tail, the incomplete pool ending at the row (docs/model.md, Indexer)."""
         pools = self._require_eval()["pools"][layer]
         hp = self.hparams
         first = self.n_past - len(pools)

@@ -1,4 +1,4 @@
-"""One engine, many sequences (issue 24; runtime.md, Multi-sequence): continuous batching of generations, as
+"""One engine, many sequences (issue 24; docs/runtime.md, Multi-sequence): continuous batching of generations, as
 llama-server's slots and vLLM's scheduler do it. Generations on sequences of one engine (Model.generation on the
 Models Model.another_sequence made) are submitted from any thread; one thread runs them together, step by step:
 

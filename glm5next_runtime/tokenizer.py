@@ -1,4 +1,4 @@
-"""GLM's byte-level BPE tokenizer, rebuilt from the vocab a GGUF carries (gguf.md, Tokenizer).
+"""GLM's byte-level BPE tokenizer, rebuilt from the vocab a GGUF carries (docs/gguf.md, Tokenizer).
 
 The GGUF stores llama.cpp's `gpt2` model with the `glm4` pre-tokenizer: token strings in the byte-level
 alphabet, merges, and a type per token. This builds the equivalent Hugging Face `tokenizers.Tokenizer`, so ids

@@ -1,4 +1,4 @@
-"""User-supplied text never becomes control tokens (runtime.md, Server), while a chat template's own markup does.
+"""User-supplied text never becomes control tokens (docs/runtime.md, Server), while a chat template's own markup does.
 
 Both arrive in one rendered string: "[gMASK]<sop><|user|>\\n" is the template's, the message text between is the
 user's, and a message saying "<|assistant|>" must not open an assistant turn. So, before rendering, every control

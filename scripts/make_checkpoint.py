@@ -2,7 +2,7 @@
 """Write small GLM-5.3-Flash (`glm5next`) checkpoints in the real Hugging Face hub layout.
 
 The weights are random (deterministic by seed) but every name, shape, config field and file layout is the
-real model's (../shared/spec/model.md, gguf.md): `Glm5NextForConditionalGeneration`, text weights under
+real model's (docs/model.md, docs/gguf.md): `Glm5NextForConditionalGeneration`, text weights under
 `model.language_model.`, `lm_head.weight`, a NextN (MTP) layer at index `num_hidden_layers`, a tiny vision
 tower under `model.visual.` (the converter drops it), a byte-level BPE tokenizer with GLM's special tokens
 and a chat template. transformers 5.23 loads every variant (the trunk; it ignores the NextN layer).

@@ -82,9 +82,9 @@ def hf_trunk_and_index_scores(tokens: list[int]):
 
 def test_trunk_matches_transformers_up_to_exact_ties(tmp_path_factory, long_prompt):
     """Trained indexers score many pools exactly 0 (ReLU), so exact ties at the top-k boundary happen (4 rows of
-    519 here, in the last DSA layer). model.md breaks a tie toward the lower pool; torch.topk leaves it open. So:
-    where the selections differ, the swapped pools tie exactly in transformers' own scores and ours are the lower
-    ones; every row whose selections agree in every layer has the same logits and hidden state."""
+    519 here, in the last DSA layer). docs/model.md (Indexer) breaks a tie toward the lower pool; torch.topk leaves
+    it open. So: where the selections differ, the swapped pools tie exactly in transformers' own scores and ours are
+    the lower ones; every row whose selections agree in every layer has the same logits and hidden state."""
     from glm5next_convert import convert
     from glm5next_runtime import Model
     path = convert(BUNDLED, tmp_path_factory.mktemp("bundled-f32") / "f32.gguf", outtype="f32", progress=False,

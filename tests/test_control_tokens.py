@@ -1,4 +1,4 @@
-"""User-supplied text never becomes control tokens (runtime.md, Server; issue 14), with the real tokenizer and chat
+"""User-supplied text never becomes control tokens (docs/runtime.md, Server; issue 14), with the real tokenizer and chat
 template of the generated checkpoints: message content such as "<|assistant|>", "<|endoftext|>" or "[gMASK]" is
 plain text, strings cannot complete a control token with the template's markup next to them, a role that is not
 one the templates know is a 400 naming the field, and the template's own markup keeps its control tokens (an

@@ -42,7 +42,7 @@ def test_llama_cpp_loads_quantized_file(checkpoints):
 
 @pytest.mark.xfail(strict=True, reason="llama.cpp 0.3.36 returns NaN when index_kpool_always_select_tail is "
                    "false: rows t < kpool - 1 select no key, and its softmax over an empty set is NaN, where "
-                   "transformers (and model.md) give a zero attention output")
+                   "transformers (and docs/model.md, Indexer) give a zero attention output")
 def test_llama_cpp_without_tail_matches_transformers(checkpoints):
     ckpt = checkpoints.make("conf-notail", "notail", dtype="f32")
     tokens = random_tokens(N_TOKENS)

@@ -1,6 +1,6 @@
-"""Round trip HF -> GGUF: every tensor equals the HF tensor after gguf.md's transform, every key has gguf.md's
-value. The expected transforms are written out again here (not imported from the converter) so that a wrong
-converter cannot agree with itself."""
+"""Round trip HF -> GGUF: every tensor equals the HF tensor after docs/gguf.md's transform, every key has
+docs/gguf.md's value. The expected transforms are written out again here (not imported from the converter) so that a
+wrong converter cannot agree with itself."""
 from __future__ import annotations
 
 import json
@@ -25,7 +25,7 @@ def hf_tensors(ckpt) -> dict[str, np.ndarray]:
 
 
 def expected_tensors(ckpt) -> dict[str, np.ndarray]:
-    """GGUF name -> float32 numpy array (GGUF numpy shape), straight from gguf.md's table."""
+    """GGUF name -> float32 numpy array (GGUF numpy shape), straight from docs/gguf.md's table (Tensors)."""
     hf = hf_tensors(ckpt)
     cfg = json.loads((ckpt / "config.json").read_text())["text_config"]
     heads, nope = cfg["num_attention_heads"], cfg["qk_nope_head_dim"]

@@ -76,7 +76,8 @@ print(json.dumps({"mapped": sorted(mapped), "llama_lib": os.path.join(os.path.di
 
 @pytest.mark.parametrize("n_embd,hc,n_tokens", [(1, 1, 1), (7, 4, 3), (192, 4, 17), (33, 2, 5)])
 def test_hc_post_matches_ggml_and_numpy(n_embd, hc, n_tokens):
-    """Our mHC post-mix kernel (the trunk graph's) equals ggml's DSV4_HC_POST and the formula of model.md."""
+    """Our mHC post-mix kernel (the trunk graph's) equals ggml's DSV4_HC_POST and the formula of docs/model.md
+    ("Trunk, one layer", step 3)."""
     rng = np.random.default_rng(n_embd * 131 + hc * 7 + n_tokens)
     x = rng.standard_normal((n_tokens, n_embd), dtype=np.float32)
     residual = rng.standard_normal((n_tokens, hc, n_embd), dtype=np.float32)

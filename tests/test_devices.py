@@ -1,4 +1,4 @@
-"""Placement on real ggml devices (runtime.md, placement): the devices are glm5next-rpc-server processes on
+"""Placement on real ggml devices (docs/runtime.md, placement): the devices are glm5next-rpc-server processes on
 loopback, reached through ggml's registry, scheduler and buffers as a GPU would be. A placed model gives the
 CPU-only logits and selections, greedy draft-MTP equals plain decoding on it, and the weights the plan puts on a
 device are in that device's process."""

@@ -1,4 +1,4 @@
-"""The C++ NextN draft head against tests/reference (PyTorch, model.md): drafted tokens, the logits of every
+"""The C++ NextN draft head against tests/reference (PyTorch, docs/model.md): drafted tokens, the logits of every
 step and the positions every step attends, with index sharing on and off, at a context past index_topk."""
 from __future__ import annotations
 

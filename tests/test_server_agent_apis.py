@@ -18,9 +18,9 @@ import anthropic
 import pytest
 
 from glm5next_runtime.generate import GenerationResult, GenerationStream
-from glm5next_runtime.server.anthropic_replies import AnthropicReply
-from glm5next_runtime.server.anthropic_schemas import CountTokensRequest
-from glm5next_runtime.server.openai_responses_replies import ResponsesReply
+from glm5next_runtime.server.anthropic.replies import AnthropicReply
+from glm5next_runtime.server.anthropic.schemas import CountTokensRequest
+from glm5next_runtime.server.openai_responses.replies import ResponsesReply
 from glm5next_runtime.server.slot_tasks import SlotTask
 from glm5next_runtime.server.stopping import ShuttingDown
 from live_server import TIMEOUT, Server, get, post_json

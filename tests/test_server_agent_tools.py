@@ -21,10 +21,10 @@ from anthropic.lib.streaming._messages import accumulate_event
 from pydantic import TypeAdapter
 
 from glm5next_runtime.generate import GenerationResult, GenerationStream
-from glm5next_runtime.server.anthropic_replies import AnthropicReply
-from glm5next_runtime.server.anthropic_schemas import MessagesRequest
-from glm5next_runtime.server.openai_responses_replies import ResponsesReply
-from glm5next_runtime.server.responses import ChatReply
+from glm5next_runtime.server.anthropic.replies import AnthropicReply
+from glm5next_runtime.server.anthropic.schemas import MessagesRequest
+from glm5next_runtime.server.openai_responses.replies import ResponsesReply
+from glm5next_runtime.server.openai_chat.replies import ChatReply
 from glm5next_runtime.server.slot_tasks import SlotTask
 from glm5next_runtime.server.tool_replies import ToolCalls
 from glm5next_runtime.tool_calls import argument_schemas

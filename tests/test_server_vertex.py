@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from glm5next_runtime.server.vertex import request_format
+from glm5next_runtime.server.vertex.routes import request_format
 from live_server import SERVER, Server, free_port, get, post_json
 
 KEY = {"Authorization": "Bearer k"}

@@ -1,4 +1,4 @@
-"""draft-MTP speculation (runtime.md, draft-MTP round): greedy output is token-identical to plain decoding for
+"""draft-MTP speculation (docs/runtime.md, draft-MTP round): greedy output is token-identical to plain decoding for
 every n_max, rounds accept 0..n drafts, the trunk's KDA state after generation equals serial decoding's, and
 sampling keeps the target distribution.
 

@@ -1,5 +1,5 @@
 """GLM's tool-call markup read back into calls (glm5next_runtime/tool_calls.py) and a chat reply's tool_calls in
-OpenAI's shape (server/tool_replies.py, server/responses.py ChatReply), on model-independent text: whole replies,
+OpenAI's shape (server/tool_replies.py, server/openai_chat/replies.py ChatReply), on model-independent text: whole replies,
 the same replies streamed in every split, GLM-4.5's and later spellings, malformed markup that stays content, and
 arguments typed by their parameters' JSON schemas (a table over the schema kinds, whole and streamed)."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ import random
 import pytest
 
 from glm5next_runtime.generate import GenerationResult
-from glm5next_runtime.server.responses import ChatReply
+from glm5next_runtime.server.openai_chat.replies import ChatReply
 from glm5next_runtime.server.tool_replies import ToolCalls
 from glm5next_runtime.tool_calls import ToolCall, ToolCallSplitter, call_markup, split_tool_calls, argument_schemas
 

@@ -1,4 +1,4 @@
-"""The verify pass and its commit (csrc/runtime/seq_cache.h, runtime.md draft-MTP round): verify(tokens) evaluates
+"""The verify pass and its commit (csrc/runtime/seq_cache.h; docs/runtime.md, draft-MTP round): verify(tokens) evaluates
 rows provisionally, commit(n_keep) keeps a prefix and rolls the sequence cache back past it without replay. The
 state after any commit equals evaluating the kept tokens serially; nothing else runs while a pass is pending."""
 from __future__ import annotations

@@ -94,7 +94,7 @@ ggml_tensor * BlockBuilder::swiglu(ggml_tensor * x, ggml_tensor * wg, ggml_tenso
     return mm(wd, glu(gate, up));
 }
 
-// Sigmoid routing (model.md, MoE): s = sigmoid(logits), experts chosen by s + bias (within the best groups),
+// Sigmoid routing (docs/model.md, MoE): s = sigmoid(logits), experts chosen by s + bias (within the best groups),
 // weighted by s (normalized over the chosen, times the scale). Our CPU op breaks exact ties toward the lower
 // expert id and handles expert groups; on another device without groups, ggml's sigmoid + argsort top-k +
 // get_rows (llama.cpp's build_moe_ffn) do the same, with ties in an order ggml leaves open.
@@ -152,7 +152,7 @@ ggml_tensor * BlockBuilder::conv(ggml_tensor * xp, ggml_tensor * kernel, ggml_te
     return ggml_silu(ctx, ggml_reshape_2d(ctx, y, channels, n_rows));
 }
 
-// KDA (model.md, KDA): gated delta rule per head, state in the cache. The projections run over the group's rows,
+// KDA (docs/model.md, KDA): gated delta rule per head, state in the cache. The projections run over the group's rows,
 // the conv windows and recurrent states per part. q, k and v are convolved together (their windows sit side by side
 // in the conv cache, graph/layer_cache.h): one conv per part instead of three, the same arithmetic per channel.
 ggml_tensor * BlockBuilder::kda(ggml_tensor * x, const LayerWeights & w, uint32_t il) const {
@@ -216,7 +216,7 @@ ggml_tensor * BlockBuilder::kda(ggml_tensor * x, const LayerWeights & w, uint32_
     return mm(w.wo, ggml_reshape_2d(ctx, o, d * nh, T));
 }
 
-// The kpool indexer's cache rows (model.md, Indexer) of one part, from the group's key rows ik [idim, T] and gate
+// The kpool indexer's cache rows (docs/model.md, Indexer) of one part, from the group's key rows ik [idim, T] and gate
 // rows ig: the part's key/gate rows and the pooled key of every pool its rows touch. Returns the pooled keys its rows
 // score, [idim, n_pool] (a view of the cache).
 ggml_tensor * BlockBuilder::index_rows(GraphPart & part, const LayerCache & c, const LayerWeights & w, ggml_tensor * ik,
@@ -241,7 +241,7 @@ ggml_tensor * BlockBuilder::index_rows(GraphPart & part, const LayerCache & c, c
     return ggml_view_2d(ctx, c.pooled, idim, part.layout.n_pool, c.pooled->nb[1], 0);
 }
 
-// The kpool indexer's choice (model.md, Indexer) for one part: its queries iq [idim, ih, T] and head weights
+// The kpool indexer's choice (docs/model.md, Indexer) for one part: its queries iq [idim, ih, T] and head weights
 // wts [ih, T] (the group's) score its complete pools; returns its chosen pools i32 [n_top_pool, n_rows].
 Selection BlockBuilder::select(GraphPart & part, ggml_tensor * pooled, ggml_tensor * iq, ggml_tensor * wts) const {
     const int64_t idim = hp.idx_head_dim, ih = hp.idx_n_head, n = part.n_rows, n_pool = pooled->ne[1];
@@ -319,7 +319,7 @@ ggml_tensor * BlockBuilder::attend(ggml_tensor * q_abs, const LayerWeights & w, 
     return ggml_permute(ctx, ggml_mul_mat(ctx, w.wv_b, kqv), 0, 2, 1, 3);                   // [v, nh, n]
 }
 
-// Sparse MLA over the latent (model.md, DSA), W_kb absorbed into the query and W_vb applied after. The projections
+// Sparse MLA over the latent (docs/model.md, DSA), W_kb absorbed into the query and W_vb applied after. The projections
 // run over the group's rows; cache writes, the indexer and attention per part. W_vb multiplies the latent-space
 // outputs of all parts at once where they come from the CPU kernel (one 1-column product per row and head: the
 // same bits as a part alone).

@@ -1,4 +1,4 @@
-// The blocks glm5next graphs are made of (model.md): mHC pre/post, KDA, DSA sparse MLA with the kpool indexer,
+// The blocks glm5next graphs are made of (docs/model.md): mHC pre/post, KDA, DSA sparse MLA with the kpool indexer,
 // dense and MoE SwiGLU FFN. The trunk graph (trunk.cpp) and the NextN draft head (draft_head.cpp) share them.
 #pragma once
 
@@ -122,10 +122,12 @@ public:
     // and decode is untouched. Long prompt chunks keep tinyBLAS, several times faster there.
     ggml_tensor * mm(ggml_tensor * w, ggml_tensor * x) const;
 
-    // mHC pre (model.md step 1): the block input [n_embd, T]; post [hc, T] and comb [hc, hc, T] for hc_post.
+    // mHC pre (docs/model.md, "Trunk, one layer", step 1): the block input [n_embd, T]; post [hc, T] and comb
+    // [hc, hc, T] for hc_post.
     ggml_tensor * hc_pre(ggml_tensor * x, ggml_tensor * fn, ggml_tensor * scale, ggml_tensor * base,
                          ggml_tensor ** post, ggml_tensor ** comb) const;
-    // mHC post (model.md step 3): the streams [n_embd, hc, T] after a block with output x [n_embd, T].
+    // mHC post (docs/model.md, "Trunk, one layer", step 3): the streams [n_embd, hc, T] after a block with
+    // output x [n_embd, T].
     ggml_tensor * hc_post(ggml_tensor * x, ggml_tensor * residual, ggml_tensor * post, ggml_tensor * comb) const;
 
     ggml_tensor * swiglu(ggml_tensor * x, ggml_tensor * wg, ggml_tensor * wu, ggml_tensor * wd, float limit) const;

@@ -1,4 +1,4 @@
-// The NextN (MTP) draft head as a ggml graph (model.md, NextN draft head): rows (h_p, x_{p+1}) through
+// The NextN (MTP) draft head as a ggml graph (docs/model.md, NextN draft head): rows (h_p, x_{p+1}) through
 // eh_proj, one DSA layer with its own kpool indexer, one MoE, the shared-head norm and the trunk's lm_head.
 // Its caches hold the NextN layer only. A graph holds the rows of one or more sequences (graph/parts.h).
 #pragma once

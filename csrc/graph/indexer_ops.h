@@ -1,4 +1,4 @@
-// The kpool indexer's head-weighted scores (model.md, Indexer) as one CPU op of our own, where ggml's composition
+// The kpool indexer's head-weighted scores (docs/model.md, Indexer) as one CPU op of our own, where ggml's composition
 // makes several passes over the largest tensor a prompt ubatch has at depth.
 #pragma once
 

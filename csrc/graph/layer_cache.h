@@ -1,4 +1,4 @@
-// What the graphs read and append of a sequence's caches (runtime.md, Engine), one LayerCache per layer:
+// What the graphs read and append of a sequence's caches (docs/runtime.md, Engine), one LayerCache per layer:
 //   KDA layers: conv window (the last K-1 pre-conv q|k|v rows) and the recurrent state per head;
 //   DSA layers: the normalized MLA latent per row; full indexer layers also the indexer key and pool gate per
 //   row and one pooled key per complete pool (pools anchored at row 0).

@@ -1,4 +1,4 @@
-// mHC (manifold-constrained hyper-connections; model.md, "Trunk, one layer", steps 1 and 3) kernels of our own
+// mHC (manifold-constrained hyper-connections; docs/model.md, "Trunk, one layer", steps 1 and 3) kernels of our own
 // where ggml's are slow or cost many graph nodes.
 #pragma once
 

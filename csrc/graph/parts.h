@@ -1,6 +1,6 @@
-// The rows of several sequences in one graph (runtime.md: one engine serves all slots; a step runs the rows of
-// every active sequence in one graph, with shared matmuls and per-sequence attention, indexer and KDA). A graph's
-// rows are cut into row groups and each group into parts, one part per sequence:
+// The rows of several sequences in one graph (docs/runtime.md, Multi-sequence: one engine serves all slots; a step
+// runs the rows of every active sequence in one graph, with shared matmuls and per-sequence attention, indexer and
+// KDA). A graph's rows are cut into row groups and each group into parts, one part per sequence:
 //   - a part is one sequence's consecutive rows: its own caches, positions, indexer choices and KDA state;
 //   - a group is what the blocks that read no cache (norms, matmuls, mHC, MoE, the output layer) run over at once:
 //     every part of at most kGatherMaxRows rows (decode rows, verify passes, draft steps, short prompt chunks) in

@@ -1,6 +1,6 @@
 // Discrete choices of the glm5next graph as ggml custom ops (CPU): the kpool indexer's top-k pools, the
 // sparse-attention mask they imply, and MoE routing. ggml's own top-k leaves ties to std::partial_sort; these
-// break an exact tie toward the LOWER index (model.md), so selections are reproducible and comparable.
+// break an exact tie toward the LOWER index (docs/model.md, Indexer), so selections are reproducible and comparable.
 #pragma once
 
 #include <cstdint>
@@ -48,7 +48,7 @@ int64_t n_candidates(const KpoolParams & p, int64_t t);
 void canonical_pools(const KpoolParams & p, int32_t * pools, int64_t n_pools, int64_t t);
 
 // The key rows that row t (at position n_past+t) attends given its n_pools chosen pools (-1 = none), ascending:
-// the chosen pools' rows plus, with select_tail, the incomplete pool ending at the row (model.md, Indexer). Writes
+// the chosen pools' rows plus, with select_tail, the incomplete pool ending at the row (docs/model.md, Indexer). Writes
 // them to `out` (room for n_pools*kpool + kpool-1) and returns how many. Entries that are no candidate of the row
 // are skipped as -1 is. The one definition every attention path
 // and the inspection API use.

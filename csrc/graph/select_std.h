@@ -2,7 +2,7 @@
 // another device (which has no kernels of ours): the pools are chosen and their key rows gathered where the
 // layer runs, instead of crossing to the CPU and back twice per layer.
 //
-// What can differ from the CPU ops (model.md, Indexer): an exact tie at the top-k boundary (two candidate pools
+// What can differ from the CPU ops (docs/model.md, Indexer): an exact tie at the top-k boundary (two candidate pools
 // with bit-equal scores, e.g. exact-zero scores when every indexer head's ReLU is zero, or equal pooled keys of
 // repeated text) is broken by the device's sort (ggml leaves the order of ties open) instead of toward the lower
 // pool. The chosen pools come best first as on the CPU; their rows are attended in that order rather than

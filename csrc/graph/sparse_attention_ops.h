@@ -1,4 +1,4 @@
-// Sparse MLA attention over each row's selected latent rows (model.md, DSA) as one CPU op of our own: the rows are
+// Sparse MLA attention over each row's selected latent rows (docs/model.md, DSA) as one CPU op of our own: the rows are
 // read where the cache holds them instead of being gathered into a copy first.
 #pragma once
 

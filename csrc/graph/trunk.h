@@ -1,4 +1,4 @@
-// The glm5next trunk as one ggml graph per ubatch (model.md, Trunk): mHC streams, KDA and DSA sparse-MLA
+// The glm5next trunk as one ggml graph per ubatch (docs/model.md, Trunk): mHC streams, KDA and DSA sparse-MLA
 // attention blocks, dense/MoE FFN, stream mean + final norm + lm_head. A ubatch holds the rows of one or more
 // sequences (graph/parts.h), each reading and appending its own caches.
 #pragma once

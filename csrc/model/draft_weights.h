@@ -1,6 +1,6 @@
 // The NextN (draft) layer's weights as the draft head uses them: as stored, or requantized at load to q8_0 / q4_0
-// (runtime.md: --spec-draft-type), so a user can try smaller draft layers without reconverting. The rules follow
-// the converter's (gguf.md, Types): norms, router, indexer and latent projections keep their stored type;
+// (--spec-draft-type; docs/gguf.md, Types), so a user can try smaller draft layers without reconverting. The rules
+// follow the converter's (docs/gguf.md, Types): norms, router, indexer and latent projections keep their stored type;
 // attn_q_a, attn_q_b and nextn.eh_proj never go below q8_0.
 #pragma once
 

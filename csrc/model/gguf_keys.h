@@ -11,7 +11,7 @@
 
 namespace glm5next {
 
-// The two spellings of the architecture (gguf.md): the runtime loads both.
+// The two spellings of the architecture (docs/gguf.md, Architecture): the runtime loads both.
 bool is_known_arch(const std::string & arch);
 
 // `key` with a leading "glm5next." or "glm5-next." rewritten to `arch` + "." (when `arch` is a known spelling),

@@ -1,4 +1,4 @@
-// HParams from GGUF metadata (gguf.md, Metadata). Key names, aliases and defaults follow gguf.md and
+// HParams from GGUF metadata (docs/gguf.md, Metadata). Key names, aliases and defaults follow that page and
 // llama.cpp's glm5-next loader, so files written by either converter load.
 #include "model/hparams.h"
 
@@ -187,7 +187,7 @@ void read_moe(const Reader & r, HParams & hp) {
     hp.n_ff_exp = r.u32("expert_feed_forward_length", 1);
     hp.expert_weights_scale = r.f32_or("expert_weights_scale", hp.expert_weights_scale, POSITIVE);
     hp.expert_weights_norm = r.kv.get_bool(r.key("expert_weights_norm")).value_or(hp.expert_weights_norm);
-    // The router is sigmoid-scored (model.md); llama.cpp also reads "none" (0) as sigmoid.
+    // The router is sigmoid-scored (docs/model.md, MoE); llama.cpp also reads "none" (0) as sigmoid.
     const uint32_t gating = r.u32_or("expert_gating_func", EXPERT_GATING_SIGMOID);
     if (gating != EXPERT_GATING_NONE && gating != EXPERT_GATING_SIGMOID) {
         r.kv.fail(r.key("expert_gating_func"), "is " + std::to_string(gating) + "; only 2 (sigmoid) is supported");

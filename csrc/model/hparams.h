@@ -1,4 +1,4 @@
-// Hyper-parameters of a glm5next GGUF (../shared/spec/gguf.md, Metadata), after --override-kv.
+// Hyper-parameters of a glm5next GGUF (docs/gguf.md, Metadata), after --override-kv.
 #pragma once
 
 #include <cstdint>

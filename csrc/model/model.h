@@ -17,8 +17,8 @@
 
 namespace glm5next {
 
-// One tensor the loader reads (gguf.md, Tensors): its GGUF name, ggml shape (trailing 1s dropped) and whether a file
-// must hold it.
+// One tensor the loader reads (docs/gguf.md, Tensors): its GGUF name, ggml shape (trailing 1s dropped) and whether a
+// file must hold it.
 struct TensorSpec {
     std::string name;
     std::vector<int64_t> ne;
@@ -49,7 +49,7 @@ struct Model {
     // The file's metadata after overrides (read it with the checks of gguf_keys.h, never gguf_get_val_* blindly).
     const gguf_context * gguf() const;
 
-    // Places weights on devices (runtime.md, placement): `device_of` maps GGUF tensor names to ggml device names
+    // Places weights on devices (docs/runtime.md, placement): `device_of` maps GGUF tensor names to ggml device names
     // ("RPC0", "CUDA0", ...); each named tensor is copied from the mapping into a weight buffer of its device and
     // every pointer to it (layers, tok_embd, ...) follows. Tensors not named, or named "CPU", stay memory-mapped
     // (zero-copy). Call once, before an Engine uses the model. Throws ModelError naming an unknown tensor or

@@ -1,4 +1,4 @@
-// The tensor table of gguf.md (Tensors) as ggml shapes, checked against the file. Shapes follow llama.cpp's
+// The tensor table of docs/gguf.md (Tensors) as ggml shapes, checked against the file. Shapes follow llama.cpp's
 // glm5-next loader (src/models/glm5-next.cpp, load_arch_tensors) so both runtimes accept the same files.
 #include <cstdint>
 #include <initializer_list>

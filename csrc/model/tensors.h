@@ -1,4 +1,4 @@
-// The tensor table of gguf.md (Tensors), a step of Model::load.
+// The tensor table of docs/gguf.md (Tensors), a step of Model::load.
 #pragma once
 
 #include <string>
@@ -7,7 +7,7 @@
 
 namespace glm5next {
 
-// Checks every tensor that m.hp implies (gguf.md, Tensors; shapes in ggml order) against m.tensors and
+// Checks every tensor that m.hp implies (docs/gguf.md, Tensors; shapes in ggml order) against m.tensors and
 // fills m.tok_embd, m.output_norm, m.output, m.layers and m.draft_only. Throws ModelError naming `path`
 // and the tensor when one is missing or has another shape.
 void bind_tensors(Model & m, const std::string & path);

@@ -1,4 +1,4 @@
-// Tokenizer metadata (gguf.md, Tokenizer), read once at load so that a broken vocab fails there, by key.
+// Tokenizer metadata (docs/gguf.md, Tokenizer), read once at load so that a broken vocab fails there, by key.
 #include <cstdint>
 
 #include "model/vocab.h"

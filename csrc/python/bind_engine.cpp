@@ -302,7 +302,7 @@ a pending verify pass or for n_keep out of range.)doc")
         .def_property_readonly("n_past", &Sequence::n_past, "Tokens in the sequence.")
         .def_property_readonly("tokens", &Sequence::tokens, "The sequence's tokens (one per trunk row), a copy.");
 
-    py::class_<glm5next::PyDraftChain>(mod, "DraftChain", R"doc(The NextN draft steps of one round (runtime.md,
+    py::class_<glm5next::PyDraftChain>(mod, "DraftChain", R"doc(The NextN draft steps of one round (docs/runtime.md,
 draft-MTP round, step 1): begin() writes the draft-head rows up to step 0; each next(token) is the following
 step on (z of the step before, token). With share=True steps >= 1 attend exactly step 0's selection (index
 sharing); with share=False each runs the head's own indexer. The caller picks the tokens.)doc")

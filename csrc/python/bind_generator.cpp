@@ -74,7 +74,7 @@ py::dict stats_dict(const glm5next::SpecStats & s) {
 
 void bind_generator(py::module_ & mod) {
     py::class_<Generator>(mod, "Generator", R"doc(Generation on a Sequence, optionally with draft-MTP
-speculation (runtime.md, draft-MTP round). Greedy output is the same with and without speculation; sampled
+speculation (docs/runtime.md, draft-MTP round). Greedy output is the same with and without speculation; sampled
 output keeps the target distribution (speculative sampling).)doc")
         .def(py::init([](Sequence & sequence, int n_max, int n_min, float p_min, int index_share, float synthetic_accepted,
                          bool adaptive, float temperature, int top_k, float top_p, float min_p, uint64_t seed,

@@ -234,7 +234,7 @@ hc_sinkhorn_iters, hc_eps. Floats are the stored f32 values widened to Python fl
                 return out;
             },
              "tensor_table() -> list of (name: str, shape: list of int in ggml order (trailing 1s dropped), required: "
-             "bool): every tensor the loader looked for under this file's hyper-parameters (gguf.md, Tensors); a "
+             "bool): every tensor the loader looked for under this file's hyper-parameters (docs/gguf.md, Tensors); a "
              "file holds all required ones and may hold the others.")
         .def("tensor_data", &tensor_data, py::arg("name"),
              "tensor_data(name) -> read-only numpy uint8 array [nbytes]: the tensor's bytes in the mapping (no "

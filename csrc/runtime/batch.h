@@ -1,7 +1,7 @@
-// One round for several generators, each on a sequence of its own on one engine (runtime.md: one engine serves
-// all slots; issue 24): the prompt ubatches of those still evaluating their prompt, the draft steps of those that
-// draft and the verify passes of all of them run in shared graphs (Engine::run_trunk / run_draft), then each accepts
-// and commits on its own. A round goes one way, in three phases the caller calls in order:
+// One round for several generators, each on a sequence of its own on one engine (docs/runtime.md, Multi-sequence: one
+// engine serves all slots; issue 24): the prompt ubatches of those still evaluating their prompt, the draft steps of
+// those that draft and the verify passes of all of them run in shared graphs (Engine::run_trunk / run_draft), then
+// each accepts and commits on its own. A round goes one way, in three phases the caller calls in order:
 //   begin()        each decoding generator chooses its drafts; the draft head writes the rows waiting and runs
 //                  step 0 (one graph for all; more when a generator has more than a ubatch of rows waiting);
 //   draft_step()   while drafting(): each generator draws its draft from its current step under its mask (a

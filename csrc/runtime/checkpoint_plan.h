@@ -1,5 +1,5 @@
 // Where a prompt's evaluation keeps context checkpoints besides its end and every checkpoint_every rows: where a
-// later request will part from the sequence (runtime.md, prompt cache on chats; issue 25). A chat template may
+// later request will part from the sequence (docs/runtime.md, prompt cache on chats; issue 25). A chat template may
 // render earlier turns differently from how they were generated (GLM's open <think> in the generation prompt and
 // render the answer without it; they drop the reasoning of the turns before the last user message), so the next
 // turn parts before this prompt's end, and the KDA states can only go back to a checkpoint. llama-server places

@@ -1,4 +1,4 @@
-// Context checkpoints of one sequence (runtime.md, prompt cache; llama-server's --ctx-checkpoints): the KDA conv
+// Context checkpoints of one sequence (docs/runtime.md, prompt cache; llama-server's --ctx-checkpoints): the KDA conv
 // windows and recurrent states cannot drop rows, so a later request that shares only a prefix of the sequence
 // resumes from the newest checkpoint at or before the point where they part, and evaluates the rest.
 #pragma once

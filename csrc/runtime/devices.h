@@ -1,4 +1,4 @@
-// ggml's devices as this runtime sees them (runtime.md, devices and placement): the registry's CPU, the GPUs the
+// ggml's devices as this runtime sees them (docs/runtime.md, placement and devices): the registry's CPU, the GPUs the
 // installed ggml was built with, and ggml RPC servers on other processes or machines (llama.cpp's --rpc).
 #pragma once
 

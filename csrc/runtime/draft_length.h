@@ -1,4 +1,4 @@
-// How many drafts a draft-MTP round should carry (runtime.md, draft-MTP round; issue 15, speculation that never
+// How many drafts a draft-MTP round should carry (docs/runtime.md, draft-MTP round; issue 15, speculation that never
 // loses): the k in [0, limit] that maximizes the expected tokens a round emits per millisecond,
 //   E(k) = 1 + sum_{i=1..k} prod_{j<=i} a_j      (a_j: acceptance of draft j given drafts 1..j-1 were accepted)
 //   C(k) = draft(k) + verify(k + 1 rows) + between   (k = 0: verify(1) + the deferred draft-head row, a plain step)

@@ -1,4 +1,4 @@
-// What every sequence on one loaded model shares (runtime.md, Engine; issue 24: one engine, many sequences): the
+// What every sequence on one loaded model shares (docs/runtime.md, Engine; issue 24: one engine, many sequences): the
 // weights (and the requantized draft layer), the devices and their scheduler, the graphs kept for reuse, and one CPU
 // thread pool. It runs the graphs: one ubatch of the trunk or the draft head over the rows of one or more sequences
 // (runtime/sequence.h), with shared matmuls and per-sequence attention, indexer and KDA (graph/parts.h), where a

@@ -1,4 +1,4 @@
-// Token sampling from one row of logits, and the accept / resample steps of speculative sampling (runtime.md,
+// Token sampling from one row of logits, and the accept / resample steps of speculative sampling (docs/runtime.md,
 // draft-MTP round, step 3). One Sampler per sequence: it owns the RNG, so a seed fixes the whole generation.
 #pragma once
 

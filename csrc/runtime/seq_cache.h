@@ -1,4 +1,4 @@
-// The caches of one sequence (runtime.md, Engine; layout in graph/layer_cache.h), sized for n_ctx rows, and
+// The caches of one sequence (docs/runtime.md, Engine; layout in graph/layer_cache.h), sized for n_ctx rows, and
 // their rollback: a verify pass appends rows provisionally, and commit(n_keep) keeps a prefix of them. Attention
 // caches roll back by dropping rows (rows past n_past are rewritten before they are read); the KDA conv windows
 // and recurrent states cannot be truncated, so they jump to the per-row snapshot the verify pass left.

@@ -1,4 +1,4 @@
-// One sequence on an Engine (runtime.md, Engine; issue 24): what is its own and nothing else's: its tokens, the
+// One sequence on an Engine (docs/runtime.md, Engine; issue 24): what is its own and nothing else's: its tokens, the
 // trunk's and the NextN layer's caches, its context checkpoints, the rows of a verify pass awaiting commit, the
 // hidden state its next draft-head row needs. The Engine (runtime/engine.h) holds what all sequences share (weights,
 // devices, graphs, threads) and runs the graphs; several sequences' rows go through one graph (Engine::run_trunk,
@@ -45,7 +45,7 @@ public:
     // std::logic_error while a verify pass awaits its commit.
     EvalOutput eval(const std::vector<int32_t> & tokens, bool logits_all);
 
-    // The verify pass of a draft-MTP round (runtime.md, draft-MTP round, step 2): evaluates `tokens` (one
+    // The verify pass of a draft-MTP round (docs/runtime.md, draft-MTP round, step 2): evaluates `tokens` (one
     // ubatch) as provisional rows with per-row KDA snapshots and writes the logits and hidden states of every row
     // into `out`, whose buffers a caller reuses round after round (no [n, n_vocab] allocation per round). The
     // caller decides how many rows to keep and calls commit(n_keep) before anything else runs on the sequence.

@@ -1,6 +1,6 @@
 // One sequence as bytes and back (llama.cpp's llama_state_seq_get_data / set_data): what llama-server's slot files
 // (--slot-save-path, POST /slots/{id}?action=save|restore) and its RAM prompt cache (--cache-ram) hold. Everything
-// a later prompt needs to resume from the sequence as the engine would from its own (runtime.md, prompt cache):
+// a later prompt needs to resume from the sequence as the engine would from its own (docs/runtime.md, prompt cache):
 // the tokens, the trunk's and the NextN layer's cache rows, the hidden state of the last row, how far the draft
 // rows follow the trunk, and the context checkpoints.
 //

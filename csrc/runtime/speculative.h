@@ -1,4 +1,4 @@
-// Token generation on one sequence, with or without draft-MTP speculation (runtime.md, draft-MTP round):
+// Token generation on one sequence, with or without draft-MTP speculation (docs/runtime.md, draft-MTP round):
 //   1. draft: step 0 on (h_p0, x_{p0+1}); steps 1..n-1 on (z, d), reusing step 0's selection with index sharing;
 //      stop early when the draft's top probability is below p_min;
 //   2. verify: one trunk pass over [x_{p0+1}, d_1..d_n] with per-row KDA snapshots;

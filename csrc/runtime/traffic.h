@@ -1,4 +1,4 @@
-// What crosses devices when the scheduler runs a graph over several (runtime.md, placement): the bytes of the
+// What crosses devices when the scheduler runs a graph over several (docs/runtime.md, placement): the bytes of the
 // tensors it copies between devices, and the time those copies take, for the load report and glm5next-bench.
 #pragma once
 

@@ -1,5 +1,5 @@
 """What glm5next-server's routes need besides the slots (built from the flags by main.py, read by app.py and
-native.py)."""
+the surfaces' routes)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -37,7 +37,7 @@ class ServerConfig:
     sleep_idle_s: --sleep-idle-seconds: free the model after this many idle seconds (sleep.py; None: never).
     step_tokens: the prompt tokens one step of the scheduler evaluates at most, all slots together (-b, llama-server's
         logical batch; each slot's ubatch is at most -ub); None: one ubatch.
-    vertex: Vertex AI's predict route (AIP_MODE=PREDICTION, vertex.py; None: off).
+    vertex: Vertex AI's predict route (AIP_MODE=PREDICTION, vertex/; None: off).
     """
     model_name: str
     chat_template: TemplateWorkers | None = None

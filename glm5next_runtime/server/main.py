@@ -91,7 +91,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(levelname)s:     %(message)s")  # uvicorn's look
     try:
-        vertex = VertexSettings.from_env(os.environ)  # Vertex AI's container variables (vertex.py)
+        vertex = VertexSettings.from_env(os.environ)  # Vertex AI's container variables (vertex/)
         if vertex is not None and vertex.port != args.port:
             log.warning("AIP_HTTP_PORT %d replaces --port %d (Vertex AI's AIP_MODE=PREDICTION)", vertex.port,
                         args.port)

@@ -57,7 +57,7 @@ class TrunkLayer(nn.Module):
 
 
 class NextNLayer(nn.Module):
-    """The NextN (MTP) draft layer, model.md "NextN draft head": no mHC, its own full indexer, a MoE.
+    """The NextN (MTP) draft layer (docs/model.md, NextN draft head): no mHC, its own full indexer, a MoE.
 
     A row pairs a hidden state h with the embedding e of the token after it:
     u = eh_proj [enorm(e); hnorm(h)]; a = u + DSA(input_layernorm(u)); o = a + MoE(post_attention_layernorm(a));

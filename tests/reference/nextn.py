@@ -1,4 +1,4 @@
-"""PyTorch reference of the GLM-5.3-Flash NextN (MTP) draft head, exactly as ../shared/spec/model.md fixes it
+"""PyTorch reference of the GLM-5.3-Flash NextN (MTP) draft head, exactly as docs/model.md fixes it
 ("NextN draft head" and "index_share_for_mtp_iteration"). transformers 5.23 has no implementation, so this is
 the oracle for the C++ draft head. It reuses transformers' Glm5Next modules (RMSNorm, the DSA attention, the
 kpool indexer, the MoE) and recomputes every row from scratch at each step (no cache), which is slow and
@@ -44,7 +44,7 @@ class NextNHead(nn.Module):
         # own indexer is a separate module, so step k >= 1 can reuse step 0's selection.
         cfg.indexer_types = list(cfg.indexer_types) + ["shared"]
         cfg.layer_types = list(cfg.layer_types) + ["indexed_attention"]
-        cfg._attn_implementation = "sdpa"  # an empty selection gives a zero output (model.md)
+        cfg._attn_implementation = "sdpa"  # an empty selection gives a zero output (docs/model.md, Indexer)
         h, eps = cfg.hidden_size, cfg.rms_norm_eps
         self.embed, self.lm_head = trunk.model.language_model.embed_tokens, trunk.lm_head
         self.enorm, self.hnorm = Glm5NextTextRMSNorm(h, eps), Glm5NextTextRMSNorm(h, eps)

@@ -1,12 +1,12 @@
-"""The input items of OpenAI's Responses API, as requests carry them (server/openai_responses_schemas.py reads
-messages of them, server/openai_responses_tools.py their function_call and function_call_output items)."""
+"""The input items of OpenAI's Responses API, as requests carry them (schemas.py reads
+messages of them, tools.py their function_call and function_call_output items)."""
 from __future__ import annotations
 
 from typing import Literal
 
 from pydantic import BaseModel
 
-from .schemas import STRICT
+from ..schemas import STRICT
 
 
 class Part(BaseModel):

@@ -4,7 +4,7 @@ shape.
 A message's content is a thinking block (when the prompt opened a think block and the reply reasons; its
 `signature` is empty: nothing signs it here) and then a text block, each present when it has text (llama-server's
 rule), and with tools a tool_use block per call ({"type": "tool_use", "id": "toolu_...", "name", "input"}) where
-the reply makes it (reply_parts.py). stop_reason: tool_use (the reply made calls and ended by itself or at a stop
+the reply makes it (../reply_parts.py). stop_reason: tool_use (the reply made calls and ended by itself or at a stop
 sequence, as llama-server), end_turn (end of generation), stop_sequence (with the string in stop_sequence) or
 max_tokens (the limit or the context). usage, as llama-server and Anthropic count it: input_tokens are the prompt tokens
 evaluated, cache_read_input_tokens those resumed from the slot's prompt cache.
@@ -23,13 +23,12 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..generate import GenerationResult
-from .errors import APIError
-from .native_replies import stopping_word
-from .reply_parts import Change, Part, Parts, whole_parts
-from .responses import Reply, typed_sse
-from .slot_tasks import SlotTask
-from .tool_replies import ToolCalls
+from ...generate import GenerationResult
+from ..errors import APIError
+from ..reply_parts import Change, Part, Parts, whole_parts
+from ..replies import Reply, stopping_word, typed_sse
+from ..slot_tasks import SlotTask
+from ..tool_replies import ToolCalls
 
 # Anthropic's error types by HTTP status (docs.anthropic.com, Errors); any other status is an api_error
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",

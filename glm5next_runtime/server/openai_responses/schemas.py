@@ -4,7 +4,7 @@ converts it (server_chat_convert_responses_to_chatcmpl, read, not copied): `inst
 `reasoning.effort` chat's reasoning_effort; every other field is passed to the chat request as it is, so chat
 completions' fields (and llama-server's: top_k, min_p, seed, stop, speculative.n_max, chat_template_kwargs,
 parallel_tool_calls, ...) mean here what they mean there, and what chat refuses is refused here too. Function calling (`tools`, `tool_choice`, function_call and function_call_output
-items) is openai_responses_tools.py's.
+items) is tools.py's.
 
 Input items: messages (role user, system, developer or assistant; content a string or text parts: input_text, and
 output_text for the assistant's), and reasoning items (their reasoning_text goes to the next assistant message's
@@ -23,10 +23,10 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from .errors import APIError
-from .openai_responses_items import Item, Part
-from .openai_responses_tools import FunctionTool, add_call, call_output, chat_tool_choice, chat_tools
-from .schemas import STRICT, never, null_only, off, refused
+from ..errors import APIError
+from .items import Item, Part
+from .tools import FunctionTool, add_call, call_output, chat_tool_choice, chat_tools
+from ..schemas import STRICT, never, null_only, off, refused
 
 STORED_STATE = "this server stores no responses or conversations: send the whole conversation in `input`"
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _core
+from .. import _core
 
 
 class OursBatched:
@@ -27,7 +27,7 @@ class OursBatched:
     key = "glm5next"
 
     def __init__(self, path: Path, n_ctx: int, threads: int, n_batch: int, n_seq: int):
-        from .model import Model
+        from ..model import Model
         self.models = [Model(path, n_ctx=n_ctx, n_threads=threads, n_batch=n_batch)]
         self.models += [self.models[0].another_sequence() for _ in range(n_seq - 1)]
         self._policies: dict[int, _core.DraftLengthPolicy] = {}  # the batch's, by n_max: learned over the runs
@@ -76,7 +76,7 @@ class LlamaCppBatched:
     def __init__(self, path: Path, n_ctx: int, threads: int, n_batch: int, n_seq: int):
         import llama_cpp as L
 
-        from .stderr_capture import captured_stderr
+        from ..stderr_capture import captured_stderr
         self.L = L
         L.llama_backend_init()
         cparams = L.llama_context_default_params()
@@ -135,7 +135,7 @@ def prompts_of(ours: OursBatched, n: int, n_prompt: int, seed: int, texts: list[
             raise ValueError(f"--spec-prompts give {len(ids)} tokens, fewer than {n} prompts of {n_prompt}")
         return [ids[i * n_prompt:(i + 1) * n_prompt] for i in range(n)]
     rng = np.random.default_rng(seed)
-    from .tokenizer import NORMAL
+    from ..tokenizer import NORMAL
     normal = np.array([i for i, ty in enumerate(ours.models[0].tokenizer.token_types) if ty == NORMAL])
     return [normal[rng.integers(0, len(normal), n_prompt)].tolist() for _ in range(n)]
 

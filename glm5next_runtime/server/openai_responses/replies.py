@@ -4,7 +4,7 @@ The output is a reasoning item (when the prompt opened a think block and the rep
 content, as llama-server and gpt-oss give it) and then a message item (one output_text part), each present when it
 has text (llama-server's rule), and with tools a function_call item per call ({"type": "function_call", "id":
 "fc_...", "call_id": "call_...", "name", "arguments": JSON text, "status": "completed"}) where the reply makes it
-(reply_parts.py). A generation that ended at the token limit or the context is `incomplete`
+(../reply_parts.py). A generation that ended at the token limit or the context is `incomplete`
 (incomplete_details.reason max_output_tokens; its last item too, unless a call: a call's markup closed), as OpenAI
 reports it (llama-server says completed). usage: input_tokens (input_tokens_details.cached_tokens: resumed from the
 slot's prompt cache), output_tokens, total_tokens.
@@ -22,12 +22,12 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from ..generate import GenerationResult, PromptProgress
-from .errors import APIError
-from .reply_parts import Change, Part, Parts, whole_parts
-from .responses import Reply, TimingsSoFar, timings, typed_sse
-from .slot_tasks import SlotTask
-from .tool_replies import ToolCalls
+from ...generate import GenerationResult, PromptProgress
+from ..errors import APIError
+from ..reply_parts import Change, Part, Parts, whole_parts
+from ..replies import Reply, TimingsSoFar, timings, typed_sse
+from ..slot_tasks import SlotTask
+from ..tool_replies import ToolCalls
 
 PART_TYPES = {"reasoning": "reasoning_text", "text": "output_text"}
 ID_PREFIXES = {"reasoning": "rs", "text": "msg", "tool_call": "fc"}

@@ -1,4 +1,4 @@
-"""Request bodies of llama-server's native endpoints (native.py), with the conventions of schemas.py: strict types,
+"""Request bodies of llama-server's native endpoints (routes.py), with the conventions of ../schemas.py: strict types,
 ranges the engine takes, unknown fields ignored."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, Field
 
-from .schemas import STRICT, GenerationRequest
+from ..schemas import STRICT, GenerationRequest
 
 TokenId = Annotated[int, Field(ge=0)]
 # llama-server's prompt shapes: text, token ids, or both mixed in one list (NativeCompletionRequest.prompts: a list

@@ -6,67 +6,30 @@
     GET  /slots                      every slot's state and last task (501 with --no-slots)
     POST /completion, /completions   the native completion (OpenAI's is /v1/completions)
 
-The completion runs through the same request path as the OpenAI endpoints (app.create_app: slots, prompt cache,
-cancellation, metrics), with its own reply (native_replies.py). Tokenizing runs in worker threads.
+The completion goes the server's one way (../pipeline.py: slots, prompt cache, cancellation, metrics), with
+llama-server's completion reply (../completion_reply.py). Tokenizing runs in worker threads. The slot actions,
+POST /slots/{id}?action=..., are slot_actions.py's.
 """
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Sequence
-from functools import partial
-from typing import Any, NamedTuple
+from collections.abc import Callable
+from typing import Any
 
-import anyio.to_thread
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
-from pydantic import BaseModel
 
-from ..tokenizer import Tokenizer
-from ..user_text import MARK
-from .build_info import BUILD_INFO
-from .chat_bridge import as_chat
-from .choices import native_list
-from .config import ServerConfig
-from .errors import APIError
-from .native_replies import NativeCompletionReply
-from .native_schemas import DetokenizeRequest, MixedPrompt, NativeCompletionRequest, TokenizeRequest
-from .request_defaults import RequestDefaults
-from .responses import Reply
-from .schemas import ChatRequest, GenerationRequest
-from .slot_tasks import SlotTasks, task_params
-from .slots import SlotPool
-
-
-
-class RequestPath(NamedTuple):
-    """What the native routes (and anthropic.py's, openai_responses.py's) share with the OpenAI ones
-    (app.create_app's closures)."""
-    read_body: Callable[[Request, type[BaseModel]], Awaitable[Any]]
-    tokenize_prompt: Callable[[str], list[int]]  # a raw text prompt, size-checked and bounded
-    chat_prompt: Callable[[ChatRequest], str]  # the chat template's prompt (raises APIError)
-    generate: Callable[[Request, GenerationRequest, list[int], Reply, str], Awaitable[Response]]
-    render_chat: Callable[[ChatRequest], tuple[str, list[int]]]  # the chat prompt and its ids, size-checked
-    # generate for each prompt its choices (choices.py): (request, body, prompts' ids, prompt index -> reply,
-    # endpoint, the generations' bodies -> the response's)
-    generate_all: Callable[[Request, GenerationRequest, list[list[int]], Callable[[int], Reply], str,
-                            Callable[[list[dict[str, Any]]], Any]], Awaitable[Response]]
-    # the native completion's reply: (body, prompt text, return_tokens, timings_per_token)
-    native_reply: Callable[[GenerationRequest, str, bool, bool], NativeCompletionReply]
-
-    async def bridged_chat(self, request: Request, cls: type[BaseModel],
-                           sampling: RequestDefaults) -> tuple[Any, ChatRequest, str, list[int]]:
-        """A body of another API (`cls`, which has chat_fields()) read, the chat request it is (chat_bridge.as_chat)
-        and that chat's prompt and ids: (body, chat, prompt, ids). Raises APIError (400) as those do."""
-        body = await self.read_body(request, cls)
-        chat = await in_thread(lambda: as_chat(body.chat_fields(), sampling))
-        prompt, ids = await in_thread(self.render_chat, chat)
-        return body, chat, prompt, ids
-
-
-def token_text(tokenizer: Tokenizer, ids: Sequence[int], special: bool = True) -> str:
-    """The text of `ids` as llama-server writes it (token pieces joined; control tokens as their text unless
-    `special` is False). Raises ValueError naming an id outside the vocab."""
-    return b"".join(tokenizer.token_to_piece(t, special) for t in ids).decode("utf-8", errors="replace")
+from ...tokenizer import Tokenizer
+from ...user_text import MARK
+from ..build_info import BUILD_INFO
+from ..choices import native_list
+from ..errors import APIError
+from ..pipeline import RequestPipeline
+from ..schemas import ChatRequest
+from ..slot_tasks import task_params
+from ..threads import in_thread
+from ..token_text import token_text
+from .schemas import DetokenizeRequest, MixedPrompt, NativeCompletionRequest, TokenizeRequest
 
 
 def piece_json(piece: bytes) -> str | list[int]:
@@ -93,12 +56,11 @@ def tokenize_mixed(tokenizer: Tokenizer, prompt: MixedPrompt, add_special: bool,
     return ids
 
 
-def create_native_router(pool: SlotPool, config: ServerConfig, tasks: SlotTasks, path: RequestPath,
-                         sleeping: Callable[[], bool]) -> APIRouter:
-    """The native routes (module docstring) of the server of `pool`; sleeping: whether the model is unloaded now
-    (sleep.py), /props' is_sleeping."""
+def create_native_router(path: RequestPipeline, sleeping: Callable[[], bool]) -> APIRouter:
+    """The native routes (module docstring) on `path`'s slots; sleeping: whether the model is unloaded now
+    (../sleep.py), /props' is_sleeping."""
     router = APIRouter()
-    first = pool.models[0]
+    pool, config, tasks, first = path.pool, path.config, path.tasks, path.first
     tokenizer = first.tokenizer
 
     @router.post("/tokenize")
@@ -182,8 +144,3 @@ def create_native_router(pool: SlotPool, config: ServerConfig, tasks: SlotTasks,
         return tokenize_mixed(tokenizer, prompt, True, True, max_tokens=first.n_ctx)
 
     return router
-
-
-async def in_thread(func: Callable[..., Any], *args: Any) -> Any:
-    """func(*args) in a worker thread: the event loop stays free (app.py's, which imports this module)."""
-    return await anyio.to_thread.run_sync(partial(func, *args))

@@ -21,9 +21,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from .errors import APIError
-from .openai_responses_items import Item
-from .schemas import STRICT
+from ..errors import APIError
+from .items import Item
+from ..schemas import STRICT
 
 
 

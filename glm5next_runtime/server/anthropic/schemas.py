@@ -4,11 +4,11 @@ blocks, joined) becomes a system message, each message's text blocks are joined 
 blocks into its reasoning_content, `stop_sequences` is `stop`, and `max_tokens`, `temperature`, `top_p`, `top_k`,
 `stream` and llama-server's `chat_template_kwargs` pass as they are. `thinking` turns the template's think block on
 or off (enable_thinking); its budget_tokens is not enforced (no think budget yet: max_tokens bounds the reply).
-Tool use (`tools`, `tool_choice`, tool_use and tool_result blocks) is anthropic_tools.py's. A user message's
+Tool use (`tools`, `tool_choice`, tool_use and tool_result blocks) is tools.py's. A user message's
 tool_result blocks become tool messages and its text blocks user messages, in the blocks' order (llama-server puts
 the text first).
 
-Strict types and unknown fields ignored, as schemas.py. No messages is a prompt of the template's generation prompt
+Strict types and unknown fields ignored, as ../schemas.py. No messages is a prompt of the template's generation prompt
 alone, as llama-server answers it. Stricter than llama-server where it guesses: max_tokens is required
 (llama-server: 4096 when absent), and a block this server cannot read (image, document, ...) is a 400 naming it
 rather than dropped (llama-server: a 500, "image input is not supported" without a projector).
@@ -25,10 +25,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from .anthropic_blocks import Block
-from .anthropic_tools import Tool, ToolChoice, tool_call, tool_fields, tool_message
-from .errors import APIError
-from .schemas import STRICT
+from .blocks import Block
+from .tools import Tool, ToolChoice, tool_call, tool_fields, tool_message
+from ..errors import APIError
+from ..schemas import STRICT
 
 BILLING_HEADER = re.compile(r"\Ax-anthropic-billing-header:[^\n]*")  # its line
 BILLING_STAMPS = (re.compile(r"(cch=)([^;]{5});"), re.compile(r"(cc_version=\d+\.\d+\.\d+\.)([0-9a-fA-F]{3});"))

@@ -11,19 +11,8 @@ from typing import Any
 
 from ..generate import GenerationResult, PromptProgress
 from .logprobs import TokenPieces, token_probs
-from .responses import Reply, TimingsSoFar, predicted_side, prompt_timings, timings
+from .replies import Reply, TimingsSoFar, predicted_side, prompt_timings, stopping_word, timings
 from .slot_tasks import SlotTask
-
-
-def stopping_word(result: GenerationResult, stops: Sequence[str], render: Callable[[list[int]], str]) -> str:
-    """The stop string that ended `result` ("" when none did): the tokens that spelled it are in result.tokens but
-    not in result.text, so the rendered tokens continue the text with it (the first of `stops` that does, as
-    llama-server picks among stop strings found at one place)."""
-    full = render(result.tokens)
-    if result.finish_reason != "stop" or not full.startswith(result.text):
-        return ""
-    rest = full[len(result.text):]
-    return next((s for s in stops if rest.startswith(s)), "")
 
 
 class NativeCompletionReply(Reply):

@@ -19,10 +19,10 @@ from typing import Any
 import anyio.to_thread
 from fastapi import APIRouter, Request
 
-from ..model import Model
-from .errors import APIError
-from .slots import SlotPool, SlotsClosed
-from .stopping import ShuttingDown
+from ...model import Model
+from ..errors import APIError
+from ..slots import SlotPool, SlotsClosed
+from ..stopping import ShuttingDown
 
 FORBIDDEN = set('/\\:*?"<>|')
 RESTORE_FAILED = "Unable to restore slot, no available space in KV cache or invalid slot save file"

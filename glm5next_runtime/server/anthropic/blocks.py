@@ -1,12 +1,12 @@
-"""The content block of Anthropic's Messages API, as requests carry it (server/anthropic_schemas.py reads messages
-of them, server/anthropic_tools.py their tool_use and tool_result blocks)."""
+"""The content block of Anthropic's Messages API, as requests carry it (schemas.py reads messages
+of them, tools.py their tool_use and tool_result blocks)."""
 from __future__ import annotations
 
 from typing import Any
 
 from pydantic import BaseModel
 
-from .schemas import STRICT
+from ..schemas import STRICT
 
 
 class Block(BaseModel):

@@ -27,7 +27,7 @@ from fastapi.routing import APIRoute
 from starlette.routing import BaseRoute
 from starlette.types import Message, Receive, Scope
 
-from .errors import APIError
+from ..errors import APIError
 
 log = logging.getLogger("glm5next.server")
 MAX_INSTANCES = 128  # llama-server's

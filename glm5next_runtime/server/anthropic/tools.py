@@ -22,9 +22,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from .anthropic_blocks import Block
-from .errors import APIError
-from .schemas import STRICT
+from .blocks import Block
+from ..errors import APIError
+from ..schemas import STRICT
 
 CHOICES = {"auto": "auto", "none": "none", "any": "required"}
 

@@ -1,0 +1,61 @@
+"""The report's model block: model_info (name, size, parameters, backend, and what crosses devices per graph run,
+measured on the loaded model) and the human-readable sizes and parameter counts the tables print."""
+from __future__ import annotations
+
+import math
+import statistics
+from pathlib import Path
+from typing import Any
+
+from .runners import OursRunner
+
+
+def human_bytes(n: float) -> str:
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.2f} MiB"
+
+
+def human_params(n: float) -> str:
+    return f"{n / 1e9:.2f} B" if n >= 1e9 else f"{n / 1e6:.2f} M"
+
+
+def _traffic(m: Any, tokens: list[int], logits_all: bool, n_runs: int) -> dict[str, Any]:
+    """Splits, bytes copied between devices and median copy seconds of evaluating `tokens` after a reset."""
+    seconds, t = [], {}
+    m.profile_traffic(True)
+    try:
+        for _ in range(n_runs):
+            m.reset()
+            m.eval(tokens, logits_all=logits_all)
+            t = m.graph_traffic
+            seconds.append(t["copy_seconds"])
+    finally:
+        m.profile_traffic(False)
+    return {"rows": len(tokens), "splits": t["splits"], "bytes_copied": t["bytes_copied"],
+            "copy_seconds": statistics.median(seconds)}
+
+
+def model_info(ours: OursRunner, path: Path, threads: int, n_batch: int, n_ctx: int) -> dict[str, Any]:
+    m = ours.model
+    # What crosses devices per graph (runtime/traffic.h; the rows reset the sequence before they run): a decode
+    # token, a verify pass with 3 drafts, a prefill ubatch. Copy time is measured with every node synced.
+    traffic = {"decode": _traffic(m, [0], False, 5), "verify4": _traffic(m, [0] * min(4, m.n_ctx), True, 3),
+               "prefill": _traffic(m, [0] * min(n_batch, m.n_ctx), False, 1)}
+    tensors = m.tensors()
+    size = sum(t.nbytes for t in tensors)
+    params = sum(math.prod(t.shape) for t in tensors)
+    try:
+        import gguf
+        ftype = gguf.LlamaFileType(m.metadata("general.file_type")).name.removeprefix("MOSTLY_").removeprefix("ALL_")
+    except (KeyError, ValueError):
+        by_type: dict[str, int] = {}
+        for _, ty, _, nbytes in tensors:
+            by_type[ty] = by_type.get(ty, 0) + nbytes
+        ftype = max(by_type, key=by_type.get).upper()
+    arch = m.metadata("general.architecture")
+    return {"model": f"{arch} {human_params(params).replace(' ', '')} {ftype}", "path": str(path),
+            "file_bytes": path.stat().st_size, "size_bytes": size, "params": params,
+            "backend": ",".join(sorted(set(m.placement().values()))) + f" ({traffic['decode']['splits']} splits)",
+            "traffic": traffic,
+            "threads": threads,
+            "n_batch": n_batch,
+            "n_ctx": n_ctx}

@@ -1,0 +1,111 @@
+"""The engines a row times: the Runner protocol (one engine holding one sequence), OursRunner (glm5next's Model,
+with its draft-MTP rounds) and LlamaCppRunner (llama-cpp-python over the same file), and load_runner, which turns a
+failed load into a BenchError."""
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from functools import partial
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+from ..stderr_capture import captured_stderr
+from .errors import BenchError
+
+OURS = "glm5next"
+UPSTREAM = "llama_cpp"
+
+
+class Runner(Protocol):
+    """One engine holding one sequence. `eval` is the only thing rows time."""
+
+    key: str
+
+    def reset(self) -> None: ...
+
+    def eval(self, tokens: Sequence[int]) -> None:
+        """Append `tokens` to the sequence and run the model over them (prefill in n_batch ubatches)."""
+
+    def argmax(self) -> int:
+        """Greedy next token after the last eval."""
+
+
+class OursRunner:
+    key = OURS
+
+    def __init__(self, path: Path, n_ctx: int, n_threads: int, n_batch: int, **placement):
+        """placement: Model's rpc / n_gpu_layers / cpu_moe (the bench's --rpc, -ngl, --cpu-moe)."""
+        from ..model import Model
+        self._load = partial(Model, path, n_ctx=n_ctx, n_threads=n_threads, n_batch=n_batch, **placement)
+        self.model = self._load()
+        self._logits: np.ndarray | None = None
+        # draft type -> a model whose draft layer has that type: requantizing is done once, at its load, and a
+        # second Model is cheap (the weights are memory-mapped)
+        self._by_draft_type = {"auto": self.model}
+
+    def reset(self) -> None:
+        self.model.reset()
+        self._logits = None
+
+    def eval(self, tokens: Sequence[int]) -> None:
+        self._logits = self.model.eval(tokens)
+
+    def argmax(self) -> int:
+        assert self._logits is not None, "argmax before eval"
+        return int(np.argmax(self._logits))
+
+    def spec_decode(self, prompt: Sequence[int], n_gen: int, n_max: int, accept: float | None, share: str,
+                    draft_type: str, adaptive: bool = False) -> tuple[int, float, dict]:
+        """Greedy generation of n_gen tokens after `prompt` (untimed) in draft-MTP rounds (n_max 0: no drafts;
+        adaptive: at most n_max, as the draft length policy chooses). Returns (tokens, seconds in the rounds, the
+        generator's counters)."""
+        if draft_type not in self._by_draft_type:
+            self._by_draft_type[draft_type] = self._load(spec_draft_type=draft_type)
+        g = self._by_draft_type[draft_type].generator(
+            n_max=n_max, adaptive=adaptive, temperature=0.0, seed=0, index_share=share,
+            synthetic_accepted=-1.0 if accept is None else accept - 1.0)
+        out = [g.start(list(prompt))]
+        t0 = time.perf_counter()
+        while len(out) < n_gen + 1:
+            out += g.step()
+        return n_gen, time.perf_counter() - t0, g.stats
+
+
+class LlamaCppRunner:
+    key = UPSTREAM
+
+    def __init__(self, path: Path, n_ctx: int, n_threads: int, n_batch: int):
+        from llama_cpp import Llama
+        # llama.cpp logs warnings (e.g. about its V cache padding) straight to fd 2 even with verbose=False;
+        # keep them out of the report, but show them if the load fails.
+        with captured_stderr() as captured:
+            try:
+                self.llm = Llama(model_path=str(path), n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_batch,
+                                 n_threads=n_threads, n_threads_batch=n_threads, verbose=False)
+            except Exception as e:
+                log = captured().strip()
+                raise BenchError(f"llama-cpp-python cannot load {path}: {e}"
+                                 + (f"\n{log}" if log else "")
+                                 + "\n(upstream loads files converted with --arch glm5-next)") from None
+        self._n_vocab = self.llm.n_vocab()
+
+    def reset(self) -> None:
+        self.llm.reset()
+
+    def eval(self, tokens: Sequence[int]) -> None:
+        self.llm.eval(tokens)
+
+    def argmax(self) -> int:
+        logits = np.ctypeslib.as_array(self.llm._ctx.get_logits(), shape=(self._n_vocab,))
+        return int(np.argmax(logits))
+
+
+def load_runner(cls: type, what: str, path: Path, n_ctx: int, threads: int, n_batch: int, **placement):
+    try:
+        return cls(path, n_ctx, threads, n_batch, **placement)
+    except BenchError:
+        raise
+    except (ValueError, RuntimeError, OSError) as e:
+        raise BenchError(f"{what} cannot load {path}: {e}") from None
