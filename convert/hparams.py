@@ -229,7 +229,7 @@ def write_metadata(w, arch: str, hp: HParams, n_nextn: int, name: str) -> None:
 
 
 # The config.json field(s) each `{arch}.` key of write_metadata is written from, to name the culprit when the
-# loader's rules refuse a value (loader_rules.check). tests/test_convert_loader_rules.py checks it is complete.
+# loader's rules refuse a value (loader_rules.check). tests/convert/test_convert_loader_rules.py checks it is complete.
 CONFIG_FIELD_OF_KEY = {
     "block_count": "num_hidden_layers (+ the NextN layer found)",
     "context_length": "max_position_embeddings",

@@ -10,7 +10,7 @@ prints GLM-5.3-Flash's table). All caches are f32 today:
     NextN layer (drafting only)             a DSA layer with a full indexer
 
 A context checkpoint holds every KDA layer's conv window and state, and one hidden row (runtime/checkpoints.h).
-tests/test_cache_sizes.py holds these figures to the engine's on small checkpoints."""
+tests/runtime/test_cache_sizes.py holds these figures to the engine's on small checkpoints."""
 from __future__ import annotations
 
 from collections.abc import Mapping

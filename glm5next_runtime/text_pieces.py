@@ -9,7 +9,7 @@ expression, then byte-level BPE within each split) when
   contraction) ends at p, whatever position the matching started from, so p is a split boundary of the whole text
   and of any text that starts with a boundary; and
 - no added token occurrence spans p (the added-token split, leftmost-longest, is then the same on both sides).
-tests/test_tokenizer_pieces.py checks the equality on random texts.
+tests/runtime/test_tokenizer_pieces.py checks the equality on random texts.
 """
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 """A sequence's cache memory by context length, for a model from its hub config.json alone (issue 27): what one
 server slot holds at -c N, with and without drafting, and what its context checkpoints may add. Without a config,
 GLM-5.3-Flash's (the hub's text_config values, README's table). The figures are glm5next_runtime.cache_sizes',
-which tests/test_cache_sizes.py holds to the engine's on small checkpoints. All caches are f32 today.
+which tests/runtime/test_cache_sizes.py holds to the engine's on small checkpoints. All caches are f32 today.
 
     python scripts/cache_table.py [config.json] [--ctx 8192,32768,131072,1048576] [--ctx-checkpoints 32]
 """

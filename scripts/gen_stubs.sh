@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Regenerates glm5next_runtime/_core.pyi (type stubs with the docstrings of the native module) from the built
-# extension. Run after changing a binding; tests/test_stubs.py fails while the committed stub is stale.
+# extension. Run after changing a binding; tests/runtime/test_stubs.py fails while the committed stub is stale.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 out="$(mktemp -d)"

@@ -3,7 +3,7 @@
 
 KDA and DSA layers (kpool indexer), mHC, dense + MoE FFNs, and the NextN draft head trained on the token after
 next (optionally more draft steps under index sharing): the modules of scripts/train/ (checked against
-transformers by tests/test_train_modules.py). The tokenizer is a byte-level BPE trained on the same training files
+transformers by tests/scripts/test_train_modules.py). The tokenizer is a byte-level BPE trained on the same training files
 with GLM's special tokens, split regex and chat template (make_checkpoint.py's). The result is a hub-layout
 checkpoint (bf16) that transformers loads and glm5next_convert converts, with training.json (settings, losses).
 

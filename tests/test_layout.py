@@ -286,3 +286,17 @@ def test_no_module_directly_under_server_belongs_to_one_surface():
         if name.startswith(SURFACES) or (len(users) == 1 and None not in users):
             owned.append(f"{m} (used by {sorted(map(str, users))})")
     assert not owned, owned
+
+
+# tests/ mirrors the code: one folder per package or stage; this file, about the whole tree, and the shared fixtures
+# (conftest.py, live_server.py, rpc_servers.py, convert_checks.py, reference/) stay on top.
+TEST_FOLDERS = {"convert": ROOT / "convert", "csrc": ROOT / "csrc", "runtime": ROOT / "glm5next_runtime",
+                "server": SERVER, "bench": ROOT / "glm5next_runtime" / "bench", "scripts": ROOT / "scripts"}
+
+
+def test_tests_sit_in_the_folder_of_what_they_test():
+    tests = ROOT / "tests"
+    assert all(code.is_dir() for code in TEST_FOLDERS.values()), TEST_FOLDERS
+    misplaced = [str(p.relative_to(tests)) for p in tests.rglob("test_*.py")
+                 if p != Path(__file__).resolve() and p.relative_to(tests).parts[0] not in TEST_FOLDERS]
+    assert not misplaced, f"test files outside {sorted(TEST_FOLDERS)}: {misplaced}"

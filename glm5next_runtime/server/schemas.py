@@ -1,4 +1,7 @@
-"""Request bodies of the OpenAI-compatible endpoints (pydantic: a wrong type or range is a 400, see errors.py).
+"""The request bodies every API surface becomes (pydantic: a wrong type or range is a 400, see errors.py): the
+sampling and generation fields all generations share (GenerationRequest) and OpenAI's chat request (ChatRequest),
+which the other APIs' bodies are converted into (chat_bridge.py). A surface's own bodies extend these in its package
+(openai_chat/schemas.py, native/schemas.py, ...).
 
 Strict types (no "5" for 5). Sampling defaults are llama-server's. Every number has a range the engine can take (a
 400 naming the field, never an overflow in the native code), and a chat message's role is one a chat template
@@ -243,22 +246,6 @@ class GenerationRequest(BaseModel):
         logprobs); None: no log-probabilities. As llama-server (params_from_json_cmpl): n_probs when it asks for
         some, else the OpenAI field (completions' logprobs count: 0 is the token's own only)."""
         return self.n_probs if self.n_probs else self.logprobs
-
-
-TokenIds = Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]
-
-
-class CompletionRequest(GenerationRequest):
-    """POST /v1/completions: a prompt as text or token ids, or several (OpenAI's lists of texts or of id lists)."""
-    prompt: str | TokenIds | Annotated[list[str], Field(min_length=1)] | Annotated[list[TokenIds], Field(min_length=1)]
-    # OpenAI's completions have no such field (its count is `logprobs`): a 400 rather than a count ignored
-    top_logprobs: Annotated[Any, AfterValidator(null_only("a chat field: here the count is `logprobs`"))] = None
-
-    def prompts(self) -> list[str | list[int]]:
-        """The prompts, each text or token ids."""
-        if isinstance(self.prompt, str) or isinstance(self.prompt[0], int):
-            return [self.prompt]
-        return list(self.prompt)
 
 
 class TextPart(BaseModel):

@@ -20,10 +20,11 @@ from ...tool_calls import argument_schemas
 from ..choices import merge_choices
 from ..errors import APIError
 from ..pipeline import RequestPipeline
-from ..schemas import ChatRequest, CompletionRequest
+from ..schemas import ChatRequest
 from ..threads import in_thread
 from ..tool_replies import ToolCalls
 from .replies import ChatReply, CompletionReply
+from .schemas import CompletionRequest
 
 
 def create_openai_router(path: RequestPipeline, started: int) -> APIRouter:

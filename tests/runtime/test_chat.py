@@ -10,7 +10,7 @@ import pytest
 from glm5next_runtime.chat import (ChatTemplate, ChatTemplateError, ReasoningSplitter, opens_think_block,
                                    split_reasoning)
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 from make_checkpoint import CHAT_TEMPLATE  # noqa: E402
 
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]

@@ -35,7 +35,7 @@ def model(tmp_path_factory):
     from glm5next_runtime import Model
     gguf = convert(BUNDLED, tmp_path_factory.mktemp("tools") / "glm5next-small-f16.gguf", outtype="f16",
                    progress=False, log=lambda m: None)
-    # a grammar leaves few tokens to choose from: before verify rows were batch-invariant (tests/test_batch_invariance.py),
+    # a grammar leaves few tokens to choose from: before verify rows were batch-invariant (tests/csrc/test_batch_invariance.py),
     # a verify row's rounding broke a near-tie of the get_weather call differently from plain decoding's
     return Model(gguf, n_ctx=1024, n_threads=1, spec_type="draft-mtp", draft_n_max=3)
 

@@ -27,7 +27,7 @@ def run(model, prompt, max_tokens, **kw):
 @pytest.fixture(scope="module", params=["f32", "q8_0"])
 def model(request, checkpoints):
     """Fixed draft lengths (draft_adaptive=False): the claims below count drafts per position and round outcomes,
-    and adaptive lengths follow this machine's timings (tests/test_draft_length.py tests those)."""
+    and adaptive lengths follow this machine's timings (tests/csrc/test_draft_length.py tests those)."""
     from glm5next_runtime import Model
     ckpt = checkpoints.make("spec-predictable", "predictable", dtype="f32")
     return Model(checkpoints.convert(ckpt, outtype=request.param), n_ctx=512, n_threads=2, draft_adaptive=False)

@@ -40,7 +40,7 @@ def gguf(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def model(gguf):
     """Fixed draft lengths: the claims below count drafts, and adaptive lengths, learned across this module's
-    requests, may draft none in a short reply where drafting does not pay (tests/test_draft_length.py)."""
+    requests, may draft none in a short reply where drafting does not pay (tests/csrc/test_draft_length.py)."""
     from glm5next_runtime import Model
     return Model(gguf, n_ctx=1024, n_threads=2, spec_type="draft-mtp", draft_n_max=3, draft_adaptive=False)
 

@@ -2,7 +2,7 @@
 glm5next_runtime/scheduler.py, and each one's tokens, drafts, accepted drafts and log-probabilities equal its run
 alone (Generation.run), greedy and seeded, with prompts that arrive while others decode. The bench-narrow file
 (the bench preset's widths) is where a row multiplied with other rows by tinyBLAS would differ from the row alone
-(tests/test_batch_invariance.py): batched rows that matched only by luck would not match there."""
+(tests/csrc/test_batch_invariance.py): batched rows that matched only by luck would not match there."""
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,4 @@
-"""Coding agents' sessions replayed (issue 25): tests/agent_sessions/*.json are sessions in the request shapes of
+"""Coding agents' sessions replayed (issue 25): tests/server/agent_sessions/*.json are sessions in the request shapes of
 Claude Code, opencode, Cline, Continue, Open WebUI and Codex (each file says where its shape comes from), every turn the whole
 conversation as the client sends it: its system prompt and tools, the assistant's earlier turns as the client
 sends them back (thinking blocks, tool calls, XML tool use, reasoning items), tool results. Each session is

@@ -1,6 +1,6 @@
 """Structured output (issue 13 item 3): grammar-constrained generation with draft-MTP, and logit_bias.
 
-On the bundled model (f16, as tests/test_bundled_model.py): JSON-schema output parses and validates in every case
+On the bundled model (f16, as tests/runtime/test_bundled_model.py): JSON-schema output parses and validates in every case
 of 20 schemas x 2 prompts with draft-MTP on and equals the output with speculation off (greedy); drafts are drafted
 under the grammar's masks and a draft a mask refuses is rejected; llama.cpp's GBNF grammars constrain the text; sampled
 output with drafts stays inside the grammar; logit_bias bans and favours tokens in every round."""
@@ -120,7 +120,7 @@ def gguf(tmp_path_factory):
 @pytest.fixture(scope="module")
 def model(gguf):
     # one thread: this small model decodes faster with one (README), and under load too. Greedy output with and
-    # without speculation is equal by construction, not up to a verify row's rounding (tests/test_batch_invariance.py).
+    # without speculation is equal by construction, not up to a verify row's rounding (tests/csrc/test_batch_invariance.py).
     # Fixed draft lengths: the claims count drafts, and adaptive ones stop drafting where this machine's timings say
     # it cannot pay (CI's did on this file: no draft accepted in 40 tokens)
     from glm5next_runtime import Model

@@ -1,7 +1,7 @@
 """Tools in a chat request through HTTP (server/tool_prompt.py): the prompt describes them (the template's own way
 when it renders `tools`, GLM's description otherwise), the history's calls and results are rendered as GLM's
 templates render them, and what cannot be done yet is a 400 naming the field. How replies are read back into
-tool_calls is tests/test_tool_calls.py's (model-independent text)."""
+tool_calls is tests/runtime/test_tool_calls.py's (model-independent text)."""
 from __future__ import annotations
 
 

@@ -15,11 +15,12 @@ import pytest
 
 from glm5next_runtime import Model
 from glm5next_runtime.generate import end_of_generation_ids
-from glm5next_runtime.server.schemas import ChatRequest, CompletionRequest
+from glm5next_runtime.server.openai_chat.schemas import CompletionRequest
+from glm5next_runtime.server.schemas import ChatRequest
 from glm5next_runtime.tokenizer import CONTROL
 from live_server import N_CTX, Server, post_json
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TABLE = ROOT / "docs" / "server-fields.md"
 PROMPT = "def add(a, b):"
 MESSAGES = [{"role": "user", "content": "Hi there"}]

@@ -9,7 +9,7 @@ import pytest
 from conftest import random_tokens
 
 # Timings (ms) of the bundled model at -t 1 (q8_0): a decode step ~1.0, each further verify row ~+0.35, a draft step
-# ~0.18 (glm5next-bench --spec-n-max; tests/test_draft_length.py's rounds only need their ratios).
+# ~0.18 (glm5next-bench --spec-n-max; tests/csrc/test_draft_length.py's rounds only need their ratios).
 STEP = 0.18
 
 
