@@ -156,10 +156,10 @@ class Seq:
     NextN layer's caches sized for n_ctx rows, its context checkpoints (csrc/runtime/sequence.h; named Seq here, not
     Sequence, which type checkers take for typing.Sequence). Its own calls run graphs of it alone, in ubatches.
     """
-    def __init__(self, engine: Engine, n_ctx: typing.SupportsInt | typing.SupportsIndex = 4096, n_checkpoints: typing.SupportsInt | typing.SupportsIndex = 32, checkpoint_every: typing.SupportsInt | typing.SupportsIndex = 8192, draft_rows: bool = True) -> None:
+    def __init__(self, engine: Engine, n_ctx: typing.SupportsInt | typing.SupportsIndex = 4096, n_checkpoints: typing.SupportsInt | typing.SupportsIndex = 32, checkpoint_every: typing.SupportsInt | typing.SupportsIndex = 8192, draft_rows: bool = True, cache_type: str = 'f16') -> None:
         """
-        Seq(engine: _core.Engine, n_ctx: int, n_checkpoints: context checkpoints kept (llama-server's --ctx-checkpoints; 0 = none), checkpoint_every: while prefilling, a checkpoint each time n_past crosses a multiple of it (tokens), draft_rows: the NextN layer's caches, for drafting (False: none, as without a NextN layer; has_draft_head then False)).
-        Raises ValueError for n_ctx out of [1, 2^24] or checkpoint_every of 0, RuntimeError when a device cannot hold the caches.
+        Seq(engine: _core.Engine, n_ctx: int, n_checkpoints: context checkpoints kept (llama-server's --ctx-checkpoints; 0 = none), checkpoint_every: while prefilling, a checkpoint each time n_past crosses a multiple of it (tokens), draft_rows: the NextN layer's caches, for drafting (False: none, as without a NextN layer; has_draft_head then False), cache_type: the attention caches' rows (MLA latent, indexer keys and gates), 'f16' (llama.cpp's default), 'bf16' or 'f32'; pooled keys and KDA states stay f32).
+        Raises ValueError for n_ctx out of [1, 2^24], checkpoint_every of 0 or another cache_type, RuntimeError when a device cannot hold the caches.
         """
     def checkpoint_stats(self) -> dict:
         """
@@ -215,6 +215,11 @@ class Seq:
     def cache_bytes(self) -> int:
         """
         Memory of its caches (trunk and NextN layer), bytes.
+        """
+    @property
+    def cache_type(self) -> str:
+        """
+        The attention caches' row type: 'f16', 'bf16' or 'f32'.
         """
     @property
     def engine(self) -> Engine:

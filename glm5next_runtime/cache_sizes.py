@@ -1,6 +1,7 @@
 """The cache memory of one sequence, from a model's hub config (issue 27): what csrc/runtime/seq_cache.cpp
 allocates per layer, so that a user can size n_ctx for a model this machine cannot load (scripts/cache_table.py
-prints GLM-5.3-Flash's table). All caches are f32 today:
+prints GLM-5.3-Flash's table). The attention rows are of the cache type (-ctk: f16 by default, bf16 or f32), the
+pooled keys and KDA states f32:
 
     DSA (deepseek_sparse_attention) layer   latent [kv_lora_rank, n_ctx]; with a full indexer also its keys and
                                             gates [index_head_dim, n_ctx] each and the pooled keys
@@ -17,6 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 F32 = 4
+CACHE_TYPE_BYTES = {"f16": 2, "bf16": 2, "f32": 4}  # the cache types a sequence keeps (_core.Seq cache_type)
 ALIGN = 32  # ggml's CPU buffers place each tensor at a multiple of this (TENSOR_ALIGNMENT)
 
 
@@ -26,15 +28,17 @@ def text_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
     return config.get("text_config") or config
 
 
-def _tensor(n_floats: int) -> int:
-    return -(-n_floats * F32 // ALIGN) * ALIGN
+def _tensor(n_values: int, value_bytes: int = F32) -> int:
+    return -(-n_values * value_bytes // ALIGN) * ALIGN
 
 
-def sequence_cache_bytes(config: Mapping[str, Any], n_ctx: int, drafting: bool) -> dict[str, int]:
+def sequence_cache_bytes(config: Mapping[str, Any], n_ctx: int, drafting: bool,
+                         cache_type: str = "f16") -> dict[str, int]:
     """One sequence's caches at n_ctx rows: {"total", "fixed" (the KDA states: what n_ctx does not change),
     "per_token" (the rest, per row, the pooled keys' share rounded as at this n_ctx), "checkpoint" (one context
-    checkpoint)}, in bytes. drafting: the NextN layer's caches too (--spec-type draft-mtp). Raises KeyError naming
-    a field the config lacks."""
+    checkpoint)}, in bytes. drafting: the NextN layer's caches too (--spec-type draft-mtp); cache_type: the
+    attention rows' type (-ctk). Raises KeyError naming a field the config lacks or an unknown cache_type."""
+    row = CACHE_TYPE_BYTES[cache_type]
     t = text_config(config)
     kinds = t["layer_types"]
     indexers = t.get("indexer_types") or ["full"] * len(kinds)
@@ -44,10 +48,10 @@ def sequence_cache_bytes(config: Mapping[str, Any], n_ctx: int, drafting: bool) 
     kda_bytes = _tensor(conv) + _tensor(state)
 
     def dsa(full: bool) -> int:
-        n = _tensor(t["kv_lora_rank"] * n_ctx)
+        n = _tensor(t["kv_lora_rank"] * n_ctx, row)
         if full:
             d = t["index_head_dim"]
-            n += 2 * _tensor(d * n_ctx) + _tensor(d * max(1, n_ctx // t["index_kpool"]))
+            n += 2 * _tensor(d * n_ctx, row) + _tensor(d * max(1, n_ctx // t["index_kpool"]))  # pooled: f32
         return n
 
     n_kda = sum(kind == "linear_attention" for kind in kinds)

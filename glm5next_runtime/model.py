@@ -13,6 +13,7 @@ from .generate import Decoding, Generation, GenerationResult, GenerationStream, 
 from .grammar import Grammar, constraint_for
 from .draft import DraftResult, draft, selected_positions
 from .placement import CPU, plan_placement
+from .cache_sizes import CACHE_TYPE_BYTES
 from .prompt import check_prompt
 from .tokenizer import Tokenizer
 
@@ -99,13 +100,17 @@ class Model:
             states a later prompt sharing a prefix resumes from (see generate's cache_prompt).
         checkpoint_every: while prefilling, a checkpoint at every multiple of this many tokens (a ubatch ends
             there), besides the one at the end of every prompt.
+        cache_type_k: the type of the attention caches' rows (llama-server's -ctk): the MLA latent, which is both
+            key and value, and the indexer's keys and gates; "f16" (llama.cpp's default), "bf16" or "f32". The
+            pooled keys and the KDA states stay f32 (docs/runtime.md, Engine).
         rpc: "HOST:PORT" endpoints (a list, or one str) of ggml RPC servers (glm5next-rpc-server, llama.cpp's
             --rpc) whose devices become placement targets. ggml's registry keeps them for the life of the process:
             a later Model in the same process sees them too (devices=[...] chooses).
     Raises:
         ValueError: a malformed file, key, tensor, override or placement rule (the message names it), a
             non-positive n_ctx / n_batch / n_threads, a tokenizer this runtime does not implement, or
-            spec_type "draft-mtp" for a file without a NextN layer, or an rpc endpoint that is malformed,
+            spec_type "draft-mtp" for a file without a NextN layer, a cache_type_k it does not keep, or an rpc
+            endpoint that is malformed,
             unreachable or not a ggml RPC server of this protocol version (named).
     """
 
@@ -117,14 +122,17 @@ class Model:
                  spec_draft_type: str = "auto", draft_model: str | os.PathLike | None = None,
                  rpc: Sequence[str] = (), devices: Sequence[str] | None = None, split_mode: str = "layer",
                  tensor_split: Sequence[float] | None = None, main_gpu: int = 0, draft_device: str | None = None,
-                 ctx_checkpoints: int = 32, checkpoint_every: int = 8192):
+                 ctx_checkpoints: int = 32, checkpoint_every: int = 8192, cache_type_k: str = "f16"):
         for name, value in (("n_ctx", n_ctx), ("n_batch", n_batch), ("n_threads", n_threads),
                             ("checkpoint_every", checkpoint_every)):
             if value is not None and value < 1:
                 raise ValueError(f"{name} = {value}: must be >= 1")
         if ctx_checkpoints < 0:
             raise ValueError(f"ctx_checkpoints = {ctx_checkpoints}: must be >= 0")
-        self._sequence_args = dict(n_checkpoints=ctx_checkpoints, checkpoint_every=checkpoint_every)
+        if cache_type_k not in CACHE_TYPE_BYTES:  # before the file is read: the flag's error names the flag's value
+            raise ValueError(f"cache_type_k {cache_type_k!r}: expected one of {', '.join(CACHE_TYPE_BYTES)}")
+        self._sequence_args = dict(n_checkpoints=ctx_checkpoints, checkpoint_every=checkpoint_every,
+                                   cache_type=cache_type_k)
         self._n_verify_rows = max(draft_n_max, 0) + 1
         # checked before ggml's client sees them: it aborts on a bad endpoint
         _core.add_rpc_servers([rpc] if isinstance(rpc, str) else list(rpc))

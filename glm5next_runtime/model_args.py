@@ -8,10 +8,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from . import _core
+from .cache_sizes import CACHE_TYPE_BYTES
 from .model import DRAFT_N_MAX, INDEX_SHARE, SPEC_TYPES, Model
 from .placement import SPLIT_MODES, describe_placement
 
 DRAFT_TYPES = ("auto", "q8_0", "q4_0")
+# llama-server's -ctk / -ctv values (common/arg.cpp kv_cache_types); -ctv takes them all and changes nothing here
+LLAMA_CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
 
 
 def split_list(value: str) -> list[str]:
@@ -108,6 +111,12 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ctx-checkpoints", "--swa-checkpoints", type=int, default=32, metavar="N",
                    help="context checkpoints kept per sequence (KDA states a later prompt sharing a prefix resumes "
                         "from; host memory, see the load report) (32)")
+    p.add_argument("-ctk", "--cache-type-k", choices=list(CACHE_TYPE_BYTES), default="f16",
+                   help="type of the attention caches' rows: the MLA latent (keys and values) and the indexer's keys "
+                        "and gates (f16; pooled keys and KDA states stay f32)")
+    p.add_argument("-ctv", "--cache-type-v", choices=LLAMA_CACHE_TYPES, default=None,
+                   help="accepted for llama-server's command lines, and changes nothing: MLA keeps one latent for "
+                        "keys and values, of -ctk's type")
     p.add_argument("-cpent", "--checkpoint-every-n-tokens", type=int, default=8192, metavar="N",
                    help="while prefilling, a context checkpoint every N tokens besides the one at the end of every "
                         "prompt (8192)")
@@ -125,7 +134,7 @@ def model_kwargs(args: argparse.Namespace) -> dict[str, Any]:
                 devices=split_list(args.device) if args.device else None, split_mode=args.split_mode,
                 tensor_split=parse_tensor_split(args.tensor_split), main_gpu=args.main_gpu,
                 draft_device=args.device_draft, ctx_checkpoints=args.ctx_checkpoints,
-                checkpoint_every=args.checkpoint_every_n_tokens)
+                checkpoint_every=args.checkpoint_every_n_tokens, cache_type_k=args.cache_type_k)
 
 
 def request_seed(args: argparse.Namespace) -> int | None:
@@ -152,7 +161,8 @@ def describe_model(model: Model, args: argparse.Namespace) -> list[str]:
     per_token = (model.sequence.cache_bytes - states) / model.n_ctx
     lines = [f"placement: {describe_placement(model.placement())}",
              f"memory (one engine: weights and compute buffers once, caches of every slot): {'; '.join(memory)}",
-             f"caches per slot: {model.sequence.cache_bytes / 2**20:.1f} MiB (n_ctx {model.n_ctx}: "
+             f"caches per slot: {model.sequence.cache_bytes / 2**20:.1f} MiB ({model.sequence.cache_type} rows, "
+             f"n_ctx {model.n_ctx}: "
              f"{'trunk and NextN layer' if model.sequence.has_draft_head else 'trunk; no NextN caches without drafting'}"
              f"; {per_token / 1024:.2f} KiB per token, {states / 2**20:.1f} MiB of KDA states)",
              f"prompt cache: up to {ck['max_count']} context checkpoints per slot, {ck['bytes_each'] / 2**20:.2f} MiB "

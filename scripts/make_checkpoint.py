@@ -123,6 +123,13 @@ PRESETS: dict[str, dict] = {
               "qk_nope_head_dim": 128, "v_head_dim": 128, "index_n_heads": 16, "index_head_dim": 64,
               "index_topk": 256, "n_routed_experts": 32, "num_experts_per_tok": 4,
               "moe_intermediate_size": 512, "intermediate_size": 2048, "first_k_dense_replace": 1},
+    # GLM-5.3-Flash's attention widths (issue 27's cache measurements, scripts/cache_vs_llama_cpp.py): MLA 64 heads,
+    # kv_lora 512, nope head 256, indexer 32 x 128 with top-k 2048 and kpool 4, KDA 64 x 128; 4 layers and a few
+    # small experts so that it fits a small machine (~0.8 GB at q8_0)
+    "real-widths": {"hidden_size": 4096, "num_attention_heads": 64, "linear_head_dim": 128, "q_lora_rank": 1536,
+                    "kv_lora_rank": 512, "qk_nope_head_dim": 256, "v_head_dim": 256, "index_n_heads": 32,
+                    "index_head_dim": 128, "index_topk": 2048, "index_kpool": 4, "n_routed_experts": 4,
+                    "num_experts_per_tok": 2, "moe_intermediate_size": 256, "intermediate_size": 1024},
 }
 
 

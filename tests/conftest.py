@@ -83,13 +83,16 @@ def hf_logits(ckpt: Path, tokens: list[int]) -> np.ndarray:
         return model(input_ids=torch.tensor([tokens])).logits[0].numpy()
 
 
-def llama_cpp_logits(gguf_path: Path, tokens: list[int]) -> np.ndarray:
-    """llama-cpp-python 0.3.36 logits [n_tokens, n_vocab] with f32 caches (its default f16 cache costs ~1e-3)."""
-    from llama_cpp import GGML_TYPE_F32, Llama
+def llama_cpp_logits(gguf_path: Path, tokens: list[int], cache_type: str = "f32") -> np.ndarray:
+    """llama-cpp-python 0.3.36 logits [n_tokens, n_vocab] with `cache_type` caches ("f32" by default: its default
+    f16 cache costs ~1e-3; "f16" to measure that)."""
+    import llama_cpp
+    from llama_cpp import Llama
 
     n = len(tokens)
+    ggml_type = {"f32": llama_cpp.GGML_TYPE_F32, "f16": llama_cpp.GGML_TYPE_F16}[cache_type]
     llm = Llama(model_path=str(gguf_path), n_ctx=max(256, n + 16), n_batch=n, n_ubatch=n, logits_all=True,
-                type_k=GGML_TYPE_F32, type_v=GGML_TYPE_F32, n_threads=2, verbose=False)
+                type_k=ggml_type, type_v=ggml_type, n_threads=2, verbose=False)
     llm.eval(tokens)
     out = np.array(llm.scores[:n], dtype=np.float32)
     llm.close()

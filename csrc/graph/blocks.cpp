@@ -218,7 +218,7 @@ ggml_tensor * BlockBuilder::kda(ggml_tensor * x, const LayerWeights & w, uint32_
 
 // The kpool indexer's cache rows (docs/model.md, Indexer) of one part, from the group's key rows ik [idim, T] and gate
 // rows ig: the part's key/gate rows and the pooled key of every pool its rows touch. Returns the pooled keys its rows
-// score, [idim, n_pool] (a view of the cache).
+// score, f32 [idim, n_pool] (a view of the cache).
 ggml_tensor * BlockBuilder::index_rows(GraphPart & part, const LayerCache & c, const LayerWeights & w, ggml_tensor * ik,
                                        ggml_tensor * ig) const {
     const int64_t idim = hp.idx_head_dim, kpool = hp.idx_kpool;
@@ -239,6 +239,16 @@ ggml_tensor * BlockBuilder::index_rows(GraphPart & part, const LayerCache & c, c
     ggml_tensor * new_pooled = ggml_reshape_2d(ctx, ggml_sum_rows(ctx, ggml_mul(ctx, probs, keys)), idim, n_slots);
     write_rows_at(new_pooled, c.pooled, cache_rows.pool_dst);
     return ggml_view_2d(ctx, c.pooled, idim, part.layout.n_pool, c.pooled->nb[1], 0);
+}
+
+// An f16 / bf16 cache's rows as f32 for a product with f32 queries. ggml would otherwise round the queries (and a
+// dense pass's probabilities) to the cache's type, as llama.cpp's f16 cache does: ~5e-4 relative, enough to make a
+// prompt ubatch's dense pass disagree with the rows' own gathered attention (graph/sparse_attention_ops.h widens
+// the rows it reads and keeps the queries f32) and flip greedy tokens of a q8_0 file between a cache hit and a
+// fresh sequence (tests/csrc/test_prompt_cache.py). The copy is n_kv x kv_lora_rank floats for a dense pass (at most
+// max_dense_keys rows: 16 MiB per DSA layer on GLM-5.3-Flash, in the compute buffer).
+ggml_tensor * BlockBuilder::widened(ggml_tensor * rows) const {
+    return rows->type == GGML_TYPE_F32 ? rows : ggml_cast(ctx, rows, GGML_TYPE_F32);
 }
 
 // The kpool indexer's choice (docs/model.md, Indexer) for one part: its queries iq [idim, ih, T] and head weights
@@ -312,7 +322,7 @@ ggml_tensor * BlockBuilder::attend(ggml_tensor * q_abs, const LayerWeights & w, 
     if (sel.mask == nullptr) {
         sel.mask = kpool_mask(ctx, sel.pools, n_kv, sel.at);
     }
-    ggml_tensor * latent = ggml_view_2d(ctx, c.latent, kvr, n_kv, c.latent->nb[1], 0);
+    ggml_tensor * latent = widened(ggml_view_2d(ctx, c.latent, kvr, n_kv, c.latent->nb[1], 0));
     ggml_tensor * kq = ggml_mul_mat(ctx, latent, q_abs);                                 // [n_kv, n, nh]
     kq = ggml_soft_max_ext(ctx, kq, sel.mask, 1.0f / std::sqrt((float) nope), 0.0f);
     ggml_tensor * kqv = ggml_mul_mat(ctx, ggml_cont(ctx, ggml_transpose(ctx, latent)), kq);  // [kvr, n, nh]

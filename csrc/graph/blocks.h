@@ -167,6 +167,8 @@ private:
     ggml_tensor * index_rows(GraphPart & part, const LayerCache & c, const LayerWeights & w, ggml_tensor * ik,
                              ggml_tensor * ig) const;
     Selection select(GraphPart & part, ggml_tensor * pooled, ggml_tensor * iq, ggml_tensor * wts) const;
+    // `rows` of a cache as f32: themselves for an f32 cache, else a widened copy (blocks.cpp says why).
+    ggml_tensor * widened(ggml_tensor * rows) const;
     void route(ggml_tensor * logits, ggml_tensor * bias, ggml_tensor ** ids, ggml_tensor ** wts) const;
 
     ggml_context * ctx;

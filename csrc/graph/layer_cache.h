@@ -14,10 +14,11 @@ namespace glm5next {
 struct LayerCache {
     ggml_tensor * conv = nullptr;    // KDA: f32 [K-1, 3*inner] (ggml_ssm_conv's state layout)
     ggml_tensor * state = nullptr;   // KDA: f32 [d, d, n_head] (ggml_gated_delta_net's layout, S transposed)
-    ggml_tensor * latent = nullptr;  // DSA: f32 [kv_lora_rank, n_ctx]
-    ggml_tensor * idx_k = nullptr;   // full indexer: f32 [idx_head_dim, n_ctx] (after k_norm)
-    ggml_tensor * idx_g = nullptr;   // full indexer: f32 [idx_head_dim, n_ctx] (compress gate scores)
-    ggml_tensor * pooled = nullptr;  // full indexer: f32 [idx_head_dim, n_ctx / kpool]
+    // the rows are of the sequence's cache type (f16 by default, f32 or bf16: SequenceParams::cache_type)
+    ggml_tensor * latent = nullptr;  // DSA: [kv_lora_rank, n_ctx]
+    ggml_tensor * idx_k = nullptr;   // full indexer: [idx_head_dim, n_ctx] (after k_norm)
+    ggml_tensor * idx_g = nullptr;   // full indexer: [idx_head_dim, n_ctx] (compress gate scores)
+    ggml_tensor * pooled = nullptr;  // full indexer: f32 [idx_head_dim, n_ctx / kpool] (runtime/seq_cache.cpp: why)
 };
 
 // The caches one graph works on: layers [first_layer, first_layer + n_layers) of n_ctx rows, n_past rows already

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "ggml-cpu.h"
+
 namespace glm5next {
 
 namespace {
@@ -35,10 +37,21 @@ void sparse_attention_op(ggml_tensor * dst, int ith, int nth, void * userdata) {
     const int64_t kvr = q->ne[0], T = q->ne[1], nh = q->ne[2], n_sel = rows->ne[0];
     const int64_t groups = std::clamp<int64_t>(nth / std::max<int64_t>(T, 1), 1, nh);  // head groups per row
     const int64_t per_group = (nh + groups - 1) / groups;
+    // an f16 / bf16 cache's rows are widened once per row t and work item, into kf, with ggml-cpu's vectorized
+    // converters (ggml's type traits convert one value at a time: on the bench preset's 8 heads that made a decode
+    // step at depth 4096 slower with f16 rows than with f32); an f32 cache's rows are read in place
+    void (*widen)(const void *, float *, int64_t) = nullptr;
+    if (latent->type == GGML_TYPE_F16) {
+        widen = [](const void * x, float * y, int64_t n) { ggml_cpu_fp16_to_fp32((const ggml_fp16_t *) x, y, n); };
+    } else if (latent->type == GGML_TYPE_BF16) {
+        widen = [](const void * x, float * y, int64_t n) { ggml_cpu_bf16_to_fp32((const ggml_bf16_t *) x, y, n); };
+    }
     thread_local std::vector<float> a;  // scratch kept by ggml's worker threads: no allocation per token
     thread_local std::vector<int32_t> used;
+    thread_local std::vector<float> kf;
     a.resize(nh * n_sel);
     used.resize(n_sel);
+    if (widen != nullptr) kf.resize(n_sel * kvr);
     for (int64_t w = ith; w < T * groups; w += nth) {
         const int64_t t = w / groups, h0 = (w % groups) * per_group, h1 = std::min(nh, h0 + per_group);
         const int32_t * r = (const int32_t *) ((const char *) rows->data + t * rows->nb[1]);
@@ -52,9 +65,18 @@ void sparse_attention_op(ggml_tensor * dst, int ith, int nth, void * userdata) {
             std::fill(out, out + kvr, 0.0f);
         }
         if (n_used == 0) continue;  // kpool_rows_mask always leaves one slot; zeros, as the caller's row_scale gives
+        auto key = [&](int64_t i) {  // the latent row of used slot i, f32
+            const char * row = (const char *) latent->data + r[used[i]] * latent->nb[1];
+            return widen == nullptr ? (const float *) row : kf.data() + i * kvr;
+        };
+        if (widen != nullptr) {
+            for (int64_t i = 0; i < n_used; ++i) {
+                widen((const char *) latent->data + r[used[i]] * latent->nb[1], kf.data() + i * kvr, kvr);
+            }
+        }
         for (int64_t i = 0; i < n_used; ++i) {  // scores, the group's heads per latent row
             const int64_t s = used[i];
-            const float * k = (const float *) ((const char *) latent->data + r[s] * latent->nb[1]);
+            const float * k = key(i);
             for (int64_t h = h0; h < h1; ++h) {
                 const float * qh = (const float *) ((const char *) q->data + t * q->nb[1] + h * q->nb[2]);
                 a[h * n_sel + i] = dot(qh, k, kvr) * scale + m[s];
@@ -69,7 +91,7 @@ void sparse_attention_op(ggml_tensor * dst, int ith, int nth, void * userdata) {
             for (int64_t i = 0; i < n_used; ++i) ah[i] *= inv;
         }
         for (int64_t i = 0; i < n_used; ++i) {  // weighted sum, the group's heads per latent row
-            const float * k = (const float *) ((const char *) latent->data + r[used[i]] * latent->nb[1]);
+            const float * k = key(i);
             for (int64_t h = h0; h < h1; ++h) {
                 float * out = (float *) ((char *) dst->data + h * dst->nb[2] + t * dst->nb[3]);
                 const float p = a[h * n_sel + i];
@@ -83,9 +105,11 @@ void sparse_attention_op(ggml_tensor * dst, int ith, int nth, void * userdata) {
 
 ggml_tensor * sparse_attention(ggml_context * ctx, ggml_tensor * q_abs, ggml_tensor * latent, ggml_tensor * rows,
                                ggml_tensor * mask, const float * scale) {
-    if (q_abs->type != GGML_TYPE_F32 || latent->type != GGML_TYPE_F32 || rows->type != GGML_TYPE_I32 ||
-        mask->type != GGML_TYPE_F32 || q_abs->nb[0] != sizeof(float) || latent->nb[0] != sizeof(float)) {
-        throw std::invalid_argument("sparse_attention: q_abs and latent must be f32 rows, rows i32, mask f32");
+    const bool latent_ok = latent->type == GGML_TYPE_F32 || latent->type == GGML_TYPE_F16 || latent->type == GGML_TYPE_BF16;
+    if (q_abs->type != GGML_TYPE_F32 || !latent_ok || rows->type != GGML_TYPE_I32 || mask->type != GGML_TYPE_F32 ||
+        q_abs->nb[0] != sizeof(float) || latent->nb[0] != ggml_type_size(latent->type)) {
+        throw std::invalid_argument("sparse_attention: q_abs must be f32 rows, latent f32, f16 or bf16 rows, rows i32, "
+                                    "mask f32");
     }
     if (latent->ne[0] != q_abs->ne[0] || rows->ne[1] != q_abs->ne[1] || mask->ne[0] != rows->ne[0] ||
         mask->ne[3] != rows->ne[1]) {

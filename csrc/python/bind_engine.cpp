@@ -223,19 +223,25 @@ their rows run in its graphs, one sequence's alone or several sequences' togethe
 NextN layer's caches sized for n_ctx rows, its context checkpoints (csrc/runtime/sequence.h; named Seq here, not
 Sequence, which type checkers take for typing.Sequence). Its own calls run graphs of it alone, in ubatches.)doc")
         .def(py::init([](Engine & engine, uint32_t n_ctx, uint32_t n_checkpoints, uint32_t checkpoint_every,
-                         bool draft_rows) {
-                 return new Sequence(engine, SequenceParams{n_ctx, n_checkpoints, checkpoint_every, draft_rows});
+                         bool draft_rows, const std::string & cache_type) {
+                 return new Sequence(engine, SequenceParams{n_ctx, n_checkpoints, checkpoint_every, draft_rows,
+                                                            glm5next::cache_type_from_name(cache_type)});
              }),
              py::arg("engine"), py::arg("n_ctx") = 4096, py::arg("n_checkpoints") = 32,
-             py::arg("checkpoint_every") = 8192, py::arg("draft_rows") = true, py::keep_alive<1, 2>(),
+             py::arg("checkpoint_every") = 8192, py::arg("draft_rows") = true, py::arg("cache_type") = "f16",
+             py::keep_alive<1, 2>(),
              "Seq(engine: _core.Engine, n_ctx: int, n_checkpoints: context checkpoints kept (llama-server's "
              "--ctx-checkpoints; 0 = none), checkpoint_every: while prefilling, a checkpoint each time n_past crosses "
              "a multiple of it (tokens), draft_rows: the NextN layer's caches, for drafting (False: none, as without "
-             "a NextN layer; has_draft_head then False)).\nRaises ValueError for n_ctx out of [1, 2^24] or "
-             "checkpoint_every of 0, RuntimeError when a device cannot hold the caches.")
+             "a NextN layer; has_draft_head then False), cache_type: the attention caches' rows (MLA latent, indexer "
+             "keys and gates), 'f16' (llama.cpp's default), 'bf16' or 'f32'; pooled keys and KDA states stay f32).\n"
+             "Raises ValueError for n_ctx out of [1, 2^24], checkpoint_every of 0 or another cache_type, "
+             "RuntimeError when a device cannot hold the caches.")
         .def_property_readonly("engine", [](const Sequence & s) -> const Engine & { return s.engine(); },
                                py::return_value_policy::reference_internal, "The engine it runs on.")
         .def_property_readonly("n_ctx", &Sequence::n_ctx, "Rows its caches hold.")
+        .def_property_readonly("cache_type", [](const Sequence & s) { return std::string(ggml_type_name(s.params().cache_type)); },
+                               "The attention caches' row type: 'f16', 'bf16' or 'f32'.")
         .def_property_readonly("cache_bytes", &Sequence::cache_bytes,
                                "Memory of its caches (trunk and NextN layer), bytes.")
         .def("checkpoint_stats", [](const Sequence & e) {

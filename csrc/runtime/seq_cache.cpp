@@ -11,7 +11,7 @@
 
 namespace glm5next {
 
-SeqCache::SeqCache(const Model & model, uint32_t first_layer, uint32_t n_layers, uint32_t n_ctx)
+SeqCache::SeqCache(const Model & model, uint32_t first_layer, uint32_t n_layers, uint32_t n_ctx, ggml_type cache_type)
     : hp_(model.hp), first_layer_(first_layer), n_ctx_(n_ctx) {
     const HParams & hp = model.hp;
     // One metadata context per device: each layer's caches live where its attention weights are.
@@ -36,12 +36,14 @@ SeqCache::SeqCache(const Model & model, uint32_t first_layer, uint32_t n_layers,
             recurrent_ = true;
             continue;
         }
-        c.latent = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, hp.kv_lora_rank, n_ctx);
+        c.latent = ggml_new_tensor_2d(ctx, cache_type, hp.kv_lora_rank, n_ctx);
         ggml_format_name(c.latent, "cache_latent-%u", il);
         const bool full = il >= hp.n_trunk() || hp.idx_full[il];
         if (full) {
-            c.idx_k = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, hp.idx_head_dim, n_ctx);
-            c.idx_g = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, hp.idx_head_dim, n_ctx);
+            c.idx_k = ggml_new_tensor_2d(ctx, cache_type, hp.idx_head_dim, n_ctx);
+            c.idx_g = ggml_new_tensor_2d(ctx, cache_type, hp.idx_head_dim, n_ctx);
+            // the pooled keys stay f32: every step scores all of them (a widened copy each step cost a decode step
+            // ~5% on the bench preset at depth 4096), and they are a quarter of the indexer keys' rows
             c.pooled = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, hp.idx_head_dim, std::max<uint32_t>(1, n_ctx / hp.idx_kpool));
             ggml_format_name(c.idx_k, "cache_idx_k-%u", il);
             ggml_format_name(c.idx_g, "cache_idx_g-%u", il);
@@ -139,7 +141,7 @@ void SeqCache::restore(const RecurrentState & state) {
 
 size_t CacheRows::bytes() const {
     size_t n = 0;
-    for (const auto & t : tensors) n += t.size() * sizeof(float);
+    for (const auto & t : tensors) n += t.data.size();
     return n;
 }
 
@@ -148,13 +150,13 @@ std::vector<std::pair<ggml_tensor *, size_t>> SeqCache::parts(uint32_t n_past) c
     const int64_t pools_begun = (n_past + hp_.idx_kpool - 1) / hp_.idx_kpool;
     for (const LayerCache & c : layers_) {
         for (ggml_tensor * t : {c.conv, c.state}) {
-            if (t != nullptr) out.emplace_back(t, (size_t) ggml_nelements(t));
+            if (t != nullptr) out.emplace_back(t, ggml_nbytes(t));
         }
         for (ggml_tensor * t : {c.latent, c.idx_k, c.idx_g}) {
-            if (t != nullptr) out.emplace_back(t, (size_t) (t->ne[0] * n_past));
+            if (t != nullptr) out.emplace_back(t, t->nb[1] * n_past);
         }
         if (c.pooled != nullptr) {
-            out.emplace_back(c.pooled, (size_t) (c.pooled->ne[0] * std::min<int64_t>(pools_begun, c.pooled->ne[1])));
+            out.emplace_back(c.pooled, c.pooled->nb[1] * std::min<int64_t>(pools_begun, c.pooled->ne[1]));
         }
     }
     return out;
@@ -165,8 +167,8 @@ CacheRows SeqCache::rows() const {
     CacheRows out;
     out.n_past = n_past_;
     for (const auto & [t, n] : parts(n_past_)) {
-        out.tensors.emplace_back(n);
-        if (n > 0) ggml_backend_tensor_get(t, out.tensors.back().data(), 0, n * sizeof(float));
+        out.tensors.push_back({t->type, std::vector<uint8_t>(n)});
+        if (n > 0) ggml_backend_tensor_get(t, out.tensors.back().data.data(), 0, n);
     }
     return out;
 }
@@ -181,9 +183,15 @@ void SeqCache::check_rows(const CacheRows & rows) const {
                                     std::to_string(want.size()) + " (a sequence of another model)");
     }
     for (size_t i = 0; i < want.size(); ++i) {
-        if (rows.tensors[i].size() != want[i].second) {
-            throw std::invalid_argument(std::string("cache tensor ") + ggml_get_name(want[i].first) + " has " +
-                                        std::to_string(rows.tensors[i].size()) + " floats for " +
+        const ggml_tensor * t = want[i].first;
+        if (rows.tensors[i].type != t->type) {
+            throw std::invalid_argument(std::string("cache tensor ") + ggml_get_name(t) + " is " +
+                                        ggml_type_name(rows.tensors[i].type) + " where this sequence keeps " +
+                                        ggml_type_name(t->type) + " (saved with another cache type, -ctk)");
+        }
+        if (rows.tensors[i].data.size() != want[i].second) {
+            throw std::invalid_argument(std::string("cache tensor ") + ggml_get_name(t) + " has " +
+                                        std::to_string(rows.tensors[i].data.size()) + " bytes for " +
                                         std::to_string(rows.n_past) + " rows where this model has " +
                                         std::to_string(want[i].second) + " (a sequence of another model)");
         }
@@ -197,7 +205,7 @@ void SeqCache::set_rows(const CacheRows & rows) {
     const auto want = parts(rows.n_past);
     for (size_t i = 0; i < want.size(); ++i) {
         if (want[i].second > 0) {
-            ggml_backend_tensor_set(want[i].first, rows.tensors[i].data(), 0, want[i].second * sizeof(float));
+            ggml_backend_tensor_set(want[i].first, rows.tensors[i].data.data(), 0, want[i].second);
         }
     }
     n_past_ = rows.n_past;

@@ -25,12 +25,18 @@ struct RecurrentState {
     size_t bytes() const { return kda.size() * sizeof(float); }
 };
 
+// One cache tensor's rows in use, as the cache stores them: its ggml type and the bytes.
+struct TensorRows {
+    ggml_type type = GGML_TYPE_F32;
+    std::vector<uint8_t> data;
+};
+
 // The rows a sequence has written, copied to host memory, for saving it elsewhere (runtime/sequence_state.h):
-// n_past and, per cache tensor in layer order (conv, state, latent, idx_k, idx_g, pooled), the floats in use:
+// n_past and, per cache tensor in layer order (conv, state, latent, idx_k, idx_g, pooled), the rows in use:
 // KDA conv windows and states whole, the latent and indexer rows [0, n_past), the pooled keys of the pools begun.
 struct CacheRows {
     uint32_t n_past = 0;
-    std::vector<std::vector<float>> tensors;
+    std::vector<TensorRows> tensors;
     size_t bytes() const;
 };
 
@@ -38,8 +44,10 @@ class SeqCache {
 public:
     // Allocates the caches of layers [first_layer, first_layer + n_layers) of `model` for n_ctx rows, zeroed, each
     // layer's on the device of its attention weights (attn_output): the trunk's layers for the trunk, the NextN
-    // layer for the draft head. Throws std::runtime_error when a device cannot hold them.
-    SeqCache(const Model & model, uint32_t first_layer, uint32_t n_layers, uint32_t n_ctx);
+    // layer for the draft head. The attention rows (latent, indexer keys and gates) are of `cache_type`
+    // (SequenceParams::cache_type); the pooled keys and the KDA conv windows and states are f32. Throws std::runtime_error when a device
+    // cannot hold them.
+    SeqCache(const Model & model, uint32_t first_layer, uint32_t n_layers, uint32_t n_ctx, ggml_type cache_type);
     ~SeqCache();
     SeqCache(const SeqCache &) = delete;
     SeqCache & operator=(const SeqCache &) = delete;
@@ -73,7 +81,7 @@ public:
     // The sequence's rows in host memory (no verify pass pending: throws std::logic_error).
     CacheRows rows() const;
     // Throws std::invalid_argument, naming what differs, when `rows` do not fit this cache: another tensor count or
-    // row width (a sequence of another model), more rows than n_ctx.
+    // row width (a sequence of another model) or type (saved with another cache type), more rows than n_ctx.
     void check_rows(const CacheRows & rows) const;
     // Replaces the sequence with `rows` (check_rows first; throws std::logic_error while a verify pass is pending).
     void set_rows(const CacheRows & rows);
@@ -89,7 +97,7 @@ public:
     void commit(uint32_t n_keep);
 
 private:
-    // Per cache tensor in CacheRows order: the tensor and how many of its floats a sequence of n_past rows uses.
+    // Per cache tensor in CacheRows order: the tensor and how many of its bytes a sequence of n_past rows uses.
     std::vector<std::pair<ggml_tensor *, size_t>> parts(uint32_t n_past) const;
     void rollback_kda(const KdaSnapshots & s, int64_t n_rows, int64_t n_keep);
 

@@ -9,7 +9,22 @@
 
 namespace glm5next {
 
+static constexpr ggml_type kCacheTypes[] = {GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_F32};
+
+ggml_type cache_type_from_name(const std::string & name) {
+    for (ggml_type t : kCacheTypes) {
+        if (name == ggml_type_name(t)) return t;
+    }
+    // quantized rows (llama.cpp's q8_0, q4_0...) would need the custom ops to dequantize them and the dense
+    // attention path a copy: not built yet (issue 27)
+    throw std::invalid_argument("cache type '" + name + "' is not one this runtime keeps; use f16, bf16 or f32");
+}
+
 static const SequenceParams & checked_params(const SequenceParams & params) {
+    if (std::find(std::begin(kCacheTypes), std::end(kCacheTypes), params.cache_type) == std::end(kCacheTypes)) {
+        throw std::invalid_argument(std::string("cache type '") + ggml_type_name(params.cache_type) +
+                                    "' is not one this runtime keeps; use f16, bf16 or f32");
+    }
     if (params.n_ctx == 0 || params.n_ctx > kMaxContext) {
         throw std::invalid_argument("n_ctx = " + std::to_string(params.n_ctx) + " is out of range [1, " +
                                     std::to_string(kMaxContext) + "]");
@@ -20,10 +35,11 @@ static const SequenceParams & checked_params(const SequenceParams & params) {
 
 Sequence::Sequence(Engine & engine, const SequenceParams & params)
     : engine_(engine), params_(checked_params(params)),
-      cache_(engine.model(), 0, engine.model().hp.n_trunk(), params.n_ctx), checkpoints_(params.n_checkpoints) {
+      cache_(engine.model(), 0, engine.model().hp.n_trunk(), params.n_ctx, params.cache_type),
+      checkpoints_(params.n_checkpoints) {
     if (engine.has_draft_head() && params.draft_rows) {
         const Model & draft = engine.draft_model();
-        draft_cache_ = std::make_unique<SeqCache>(draft, draft.hp.n_trunk(), 1, params.n_ctx);
+        draft_cache_ = std::make_unique<SeqCache>(draft, draft.hp.n_trunk(), 1, params.n_ctx, params.cache_type);
     }
     id_ = engine_.attach(this);
     try {

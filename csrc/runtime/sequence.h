@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "runtime/checkpoint_plan.h"
@@ -27,7 +28,16 @@ struct SequenceParams {
     // The NextN layer's caches, where drafting can happen (--spec-type draft-mtp); false: none, as for a file without
     // a NextN layer (issue 27: at n_ctx 32k they were 47% of a sequence's caches that never drafts).
     bool draft_rows = true;
+    // The type of the attention caches' rows: the MLA latent, the indexer keys and gates (the pooled keys stay f32)
+    // (llama-server's -ctk; docs/runtime.md, Engine). f16 by default, as llama.cpp's caches; f32 and bf16 on request.
+    // The KDA conv windows and states stay f32: a recurrent state is rewritten every row, so a rounding would
+    // compound along the sequence.
+    ggml_type cache_type = GGML_TYPE_F16;
 };
+
+// A cache type by ggml's name ("f16", "bf16", "f32": the types a sequence keeps, SequenceParams::cache_type).
+// Throws std::invalid_argument naming any other name.
+ggml_type cache_type_from_name(const std::string & name);
 
 class Sequence {
 public:

@@ -9,7 +9,7 @@ namespace glm5next {
 namespace {
 
 constexpr char kMagic[8] = {'G', 'L', 'M', '5', 'N', 'S', 'E', 'Q'};
-constexpr uint32_t kVersion = 2;  // 2: a checkpoint's logits
+constexpr uint32_t kVersion = 3;  // 2: a checkpoint's logits; 3: cache rows in the cache's type (-ctk)
 
 class Writer {
 public:
@@ -23,7 +23,11 @@ public:
     void rows(const CacheRows & r) {
         put<uint32_t>(r.n_past);
         put<uint32_t>((uint32_t) r.tensors.size());
-        for (const auto & t : r.tensors) floats(t);
+        for (const auto & t : r.tensors) {
+            put<uint32_t>((uint32_t) t.type);
+            put<uint64_t>(t.data.size());
+            append(t.data.data(), t.data.size());
+        }
     }
     void append(const void * p, size_t n) {
         const auto * b = static_cast<const uint8_t *>(p);
@@ -52,7 +56,14 @@ public:
         r.n_past = get<uint32_t>(what);
         const uint32_t n = get<uint32_t>(what);
         if (n > (size_ - at_) / sizeof(uint64_t)) fail(what, std::to_string(n) + " tensors cannot fit the rest");
-        for (uint32_t i = 0; i < n; ++i) r.tensors.push_back(floats(what));
+        for (uint32_t i = 0; i < n; ++i) {
+            const uint32_t type = get<uint32_t>(what);
+            if (type >= GGML_TYPE_COUNT) fail(what, "cache tensor " + std::to_string(i) + " has no ggml type " + std::to_string(type));
+            const uint64_t size = get<uint64_t>(what);
+            if (size > size_ - at_) fail(what, "its length " + std::to_string(size) + " runs past the end");
+            const uint8_t * p = take(size, what);
+            r.tensors.push_back({(ggml_type) type, std::vector<uint8_t>(p, p + size)});
+        }
         return r;
     }
     const uint8_t * take(size_t n, const char * what) {

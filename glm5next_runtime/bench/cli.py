@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     snap("baseline (imports)")
     placement = dict(rpc=args.rpc.split(",") if args.rpc else [], n_gpu_layers=args.n_gpu_layers,
-                     cpu_moe=args.cpu_moe)
+                     cpu_moe=args.cpu_moe, cache_type_k=args.cache_type_k)
     ours = load_runner(OursRunner, PROG, path, n_ctx, args.threads, args.batch_size, **placement)
     snap("glm5next loaded")
     inputs = draw_inputs(ours, max(max_depth, warm_n), max_prompt, max_gen, args.seed, args.tg_tokens == "argmax")
@@ -72,7 +72,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     snap(f"glm5next after a {warm_n}-token eval")
     runners: list[Runner] = [ours]
     if args.llama_cpp:
-        upstream = load_runner(LlamaCppRunner, "llama-cpp-python", path, n_ctx, args.threads, args.batch_size)
+        upstream = load_runner(LlamaCppRunner, "llama-cpp-python", path, n_ctx, args.threads, args.batch_size,
+                               cache_type_k=args.cache_type_k)
         snap("+ llama.cpp loaded")
         _first_eval(upstream, inputs, warm_n)
         snap(f"+ llama.cpp after a {warm_n}-token eval")

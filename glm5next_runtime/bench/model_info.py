@@ -58,4 +58,4 @@ def model_info(ours: OursRunner, path: Path, threads: int, n_batch: int, n_ctx: 
             "traffic": traffic,
             "threads": threads,
             "n_batch": n_batch,
-            "n_ctx": n_ctx}
+            "n_ctx": n_ctx, "cache_type_k": m.sequence.cache_type}

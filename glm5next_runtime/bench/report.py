@@ -39,7 +39,7 @@ def render_md(report: dict[str, Any]) -> str:
             cells += [_tps_cell(row[UPSTREAM]), f"{row['ratio']:.3f}"]
         lines.append(cells)
     out = [_table(header, align, lines), "",
-           f"t/s: median ± stdev of {report['repetitions']} runs; n_batch {info['n_batch']}, n_ctx {info['n_ctx']}"
+           f"t/s: median ± stdev of {report['repetitions']} runs; n_batch {info['n_batch']}, n_ctx {info['n_ctx']}, cache {info['cache_type_k']}"
            + (", ratio = glm5next / llama.cpp (medians)" if UPSTREAM in engines else "")]
     if info["traffic"]["decode"]["splits"] > 1:
         out += ["", "between devices, per graph run (copy time measured with every node synced; share = of the first "

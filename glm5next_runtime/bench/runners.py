@@ -36,7 +36,8 @@ class OursRunner:
     key = OURS
 
     def __init__(self, path: Path, n_ctx: int, n_threads: int, n_batch: int, **placement):
-        """placement: Model's rpc / n_gpu_layers / cpu_moe (the bench's --rpc, -ngl, --cpu-moe)."""
+        """placement: Model's rpc / n_gpu_layers / cpu_moe / cache_type_k (the bench's --rpc, -ngl, --cpu-moe,
+        -ctk)."""
         from ..model import Model
         self._load = partial(Model, path, n_ctx=n_ctx, n_threads=n_threads, n_batch=n_batch, **placement)
         self.model = self._load()
@@ -73,17 +74,22 @@ class OursRunner:
         return n_gen, time.perf_counter() - t0, g.stats
 
 
+# ggml's type ids of the cache types (ggml.h; llama_cpp exports F32 and F16 but not BF16)
+LLAMA_CACHE_TYPES = {"f32": 0, "f16": 1, "bf16": 30}
+
+
 class LlamaCppRunner:
     key = UPSTREAM
 
-    def __init__(self, path: Path, n_ctx: int, n_threads: int, n_batch: int):
+    def __init__(self, path: Path, n_ctx: int, n_threads: int, n_batch: int, cache_type_k: str = "f16"):
         from llama_cpp import Llama
         # llama.cpp logs warnings (e.g. about its V cache padding) straight to fd 2 even with verbose=False;
         # keep them out of the report, but show them if the load fails.
         with captured_stderr() as captured:
             try:
                 self.llm = Llama(model_path=str(path), n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_batch,
-                                 n_threads=n_threads, n_threads_batch=n_threads, verbose=False)
+                                 n_threads=n_threads, n_threads_batch=n_threads, verbose=False,
+                                 type_k=LLAMA_CACHE_TYPES[cache_type_k], type_v=LLAMA_CACHE_TYPES[cache_type_k])
             except Exception as e:
                 log = captured().strip()
                 raise BenchError(f"llama-cpp-python cannot load {path}: {e}"
@@ -102,9 +108,9 @@ class LlamaCppRunner:
         return int(np.argmax(logits))
 
 
-def load_runner(cls: type, what: str, path: Path, n_ctx: int, threads: int, n_batch: int, **placement):
+def load_runner(cls: type, what: str, path: Path, n_ctx: int, threads: int, n_batch: int, **kwargs):
     try:
-        return cls(path, n_ctx, threads, n_batch, **placement)
+        return cls(path, n_ctx, threads, n_batch, **kwargs)
     except BenchError:
         raise
     except (ValueError, RuntimeError, OSError) as e:

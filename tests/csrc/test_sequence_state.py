@@ -96,6 +96,22 @@ def test_a_sequence_of_another_model_is_refused(checkpoints, saver, loader):
     assert loader.save_state() == before
 
 
+def test_a_sequence_saved_with_another_cache_type_is_refused_by_name(gguf, saver, loader):
+    """The rows are saved as the cache keeps them (-ctk): an f32 sequence does not load into f16 caches."""
+    other = new_model(gguf, cache_type_k="f32")
+    other.generate(FIRST[:20], max_tokens=2, temperature=0)
+    before = loader.save_state()
+    with pytest.raises(ValueError, match=r"cache_latent-\d+ is f32 where this sequence keeps f16 .*-ctk"):
+        loader.load_state(other.save_state())
+    assert loader.save_state() == before
+
+
+def test_a_cache_type_the_runtime_does_not_keep_is_refused_by_name(gguf):
+    from glm5next_runtime import Model
+    with pytest.raises(ValueError, match="cache_type_k 'q8_0': expected one of f16, bf16, f32"):
+        Model(gguf, cache_type_k="q8_0")
+
+
 def test_a_sequence_longer_than_the_context_is_refused(gguf, saver):
     from glm5next_runtime import Model
     saver.generate(FIRST, max_tokens=4, temperature=0)

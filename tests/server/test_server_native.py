@@ -538,6 +538,7 @@ def test_responses_reflect_the_origin(locked):
     (["--no-jinja", "--chat-template-file", "t.jinja"], "--chat-template-file: needs --jinja"),
     (["--top-p", "0"], "--top-p 0.0: must be in (0, 1]"),
     (["-n", "-2"], "-n/--n-predict -2: must be >= -1"),
+    (["-ctk", "q8_0"], "-ctk/--cache-type-k: invalid choice: 'q8_0' (choose from 'f16', 'bf16', 'f32')"),
 ])
 def test_flags_the_engine_cannot_honour_exit_2_naming_them(flags, message, capsys):
     with pytest.raises(SystemExit) as e:
@@ -551,6 +552,15 @@ def test_neutral_and_no_effect_flags_are_accepted():
                        "--chat-template", "chatml"])
     assert (args.slots, args.kv_unified, args.context_shift, args.flash_attn, args.ubatch_size) == (
         False, False, False, "on", 256)
+
+
+def test_cache_types_reach_the_model_and_ctv_changes_nothing():
+    """-ctk sets the attention caches' type; -ctv, which llama-server command lines carry, is taken and changes
+    nothing (MLA keeps one latent for keys and values)."""
+    from glm5next_runtime.model_args import model_kwargs
+    assert model_kwargs(parse_args(["-m", "x.gguf"]))["cache_type_k"] == "f16"
+    args = parse_args(["-m", "x.gguf", "-ctk", "bf16", "-ctv", "q8_0"])
+    assert model_kwargs(args)["cache_type_k"] == "bf16" and "cache_type_v" not in model_kwargs(args)
 
 
 def test_help_groups_flags_as_llama_server(capsys):
