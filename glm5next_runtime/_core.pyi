@@ -158,8 +158,8 @@ class Seq:
     """
     def __init__(self, engine: Engine, n_ctx: typing.SupportsInt | typing.SupportsIndex = 4096, n_checkpoints: typing.SupportsInt | typing.SupportsIndex = 32, checkpoint_every: typing.SupportsInt | typing.SupportsIndex = 8192, draft_rows: bool = True, cache_type: str = 'f16') -> None:
         """
-        Seq(engine: _core.Engine, n_ctx: int, n_checkpoints: context checkpoints kept (llama-server's --ctx-checkpoints; 0 = none), checkpoint_every: while prefilling, a checkpoint each time n_past crosses a multiple of it (tokens), draft_rows: the NextN layer's caches, for drafting (False: none, as without a NextN layer; has_draft_head then False), cache_type: the attention caches' rows (MLA latent, indexer keys and gates), 'f16' (llama.cpp's default), 'bf16' or 'f32'; pooled keys and KDA states stay f32).
-        Raises ValueError for n_ctx out of [1, 2^24], checkpoint_every of 0 or another cache_type, RuntimeError when a device cannot hold the caches.
+        Seq(engine: _core.Engine, n_ctx: int, n_checkpoints: context checkpoints kept (llama-server's --ctx-checkpoints; 0 = none), checkpoint_every: while prefilling, a checkpoint each time n_past crosses a multiple of it (tokens), draft_rows: the NextN layer's caches, for drafting (False: none, as without a NextN layer; has_draft_head then False), cache_type: the attention caches' rows (MLA latent, indexer keys and gates), 'f16' (llama.cpp's default), 'bf16', 'f32', 'q8_0' or 'q4_0'; pooled keys and KDA states stay f32).
+        Raises ValueError for n_ctx out of [1, 2^24], checkpoint_every of 0, another cache_type or a quantized one for widths that are not whole blocks of 32, RuntimeError when a device cannot hold the caches.
         """
     def checkpoint_stats(self) -> dict:
         """

@@ -18,7 +18,8 @@ from collections.abc import Mapping
 from typing import Any
 
 F32 = 4
-CACHE_TYPE_BYTES = {"f16": 2, "bf16": 2, "f32": 4}  # the cache types a sequence keeps (_core.Seq cache_type)
+# the cache types a sequence keeps (_core.Seq cache_type): bytes per block of values, values per block (ggml's)
+CACHE_TYPES = {"f16": (2, 1), "bf16": (2, 1), "f32": (4, 1), "q8_0": (34, 32), "q4_0": (18, 32)}
 ALIGN = 32  # ggml's CPU buffers place each tensor at a multiple of this (TENSOR_ALIGNMENT)
 
 
@@ -28,8 +29,9 @@ def text_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
     return config.get("text_config") or config
 
 
-def _tensor(n_values: int, value_bytes: int = F32) -> int:
-    return -(-n_values * value_bytes // ALIGN) * ALIGN
+def _tensor(n_values: int, cache_type: str = "f32") -> int:
+    block_bytes, block = CACHE_TYPES[cache_type]
+    return -(-n_values // block * block_bytes // ALIGN) * ALIGN
 
 
 def sequence_cache_bytes(config: Mapping[str, Any], n_ctx: int, drafting: bool,
@@ -38,7 +40,8 @@ def sequence_cache_bytes(config: Mapping[str, Any], n_ctx: int, drafting: bool,
     "per_token" (the rest, per row, the pooled keys' share rounded as at this n_ctx), "checkpoint" (one context
     checkpoint)}, in bytes. drafting: the NextN layer's caches too (--spec-type draft-mtp); cache_type: the
     attention rows' type (-ctk). Raises KeyError naming a field the config lacks or an unknown cache_type."""
-    row = CACHE_TYPE_BYTES[cache_type]
+    if cache_type not in CACHE_TYPES:
+        raise KeyError(f"cache_type {cache_type!r}")
     t = text_config(config)
     kinds = t["layer_types"]
     indexers = t.get("indexer_types") or ["full"] * len(kinds)
@@ -48,10 +51,10 @@ def sequence_cache_bytes(config: Mapping[str, Any], n_ctx: int, drafting: bool,
     kda_bytes = _tensor(conv) + _tensor(state)
 
     def dsa(full: bool) -> int:
-        n = _tensor(t["kv_lora_rank"] * n_ctx, row)
+        n = _tensor(t["kv_lora_rank"] * n_ctx, cache_type)
         if full:
             d = t["index_head_dim"]
-            n += 2 * _tensor(d * n_ctx, row) + _tensor(d * max(1, n_ctx // t["index_kpool"]))  # pooled: f32
+            n += 2 * _tensor(d * n_ctx, cache_type) + _tensor(d * max(1, n_ctx // t["index_kpool"]))  # pooled: f32
         return n
 
     n_kda = sum(kind == "linear_attention" for kind in kinds)

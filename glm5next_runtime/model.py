@@ -13,7 +13,7 @@ from .generate import Decoding, Generation, GenerationResult, GenerationStream, 
 from .grammar import Grammar, constraint_for
 from .draft import DraftResult, draft, selected_positions
 from .placement import CPU, plan_placement
-from .cache_sizes import CACHE_TYPE_BYTES
+from .cache_sizes import CACHE_TYPES
 from .prompt import check_prompt
 from .tokenizer import Tokenizer
 
@@ -101,15 +101,17 @@ class Model:
         checkpoint_every: while prefilling, a checkpoint at every multiple of this many tokens (a ubatch ends
             there), besides the one at the end of every prompt.
         cache_type_k: the type of the attention caches' rows (llama-server's -ctk): the MLA latent, which is both
-            key and value, and the indexer's keys and gates; "f16" (llama.cpp's default), "bf16" or "f32". The
-            pooled keys and the KDA states stay f32 (docs/runtime.md, Engine).
+            key and value, and the indexer's keys and gates; "f16" (llama.cpp's default), "bf16", "f32", "q8_0" or
+            "q4_0" (for widths that are whole blocks of 32). The pooled keys and the KDA states stay f32
+            (docs/runtime.md, Engine).
         rpc: "HOST:PORT" endpoints (a list, or one str) of ggml RPC servers (glm5next-rpc-server, llama.cpp's
             --rpc) whose devices become placement targets. ggml's registry keeps them for the life of the process:
             a later Model in the same process sees them too (devices=[...] chooses).
     Raises:
         ValueError: a malformed file, key, tensor, override or placement rule (the message names it), a
             non-positive n_ctx / n_batch / n_threads, a tokenizer this runtime does not implement, or
-            spec_type "draft-mtp" for a file without a NextN layer, a cache_type_k it does not keep, or an rpc
+            spec_type "draft-mtp" for a file without a NextN layer, a cache_type_k it does not keep (or a quantized
+            one for widths that are not whole blocks), or an rpc
             endpoint that is malformed,
             unreachable or not a ggml RPC server of this protocol version (named).
     """
@@ -129,8 +131,8 @@ class Model:
                 raise ValueError(f"{name} = {value}: must be >= 1")
         if ctx_checkpoints < 0:
             raise ValueError(f"ctx_checkpoints = {ctx_checkpoints}: must be >= 0")
-        if cache_type_k not in CACHE_TYPE_BYTES:  # before the file is read: the flag's error names the flag's value
-            raise ValueError(f"cache_type_k {cache_type_k!r}: expected one of {', '.join(CACHE_TYPE_BYTES)}")
+        if cache_type_k not in CACHE_TYPES:  # before the file is read: the flag's error names the flag's value
+            raise ValueError(f"cache_type_k {cache_type_k!r}: expected one of {', '.join(CACHE_TYPES)}")
         self._sequence_args = dict(n_checkpoints=ctx_checkpoints, checkpoint_every=checkpoint_every,
                                    cache_type=cache_type_k)
         self._n_verify_rows = max(draft_n_max, 0) + 1

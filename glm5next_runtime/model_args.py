@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from . import _core
-from .cache_sizes import CACHE_TYPE_BYTES
+from .cache_sizes import CACHE_TYPES
 from .model import DRAFT_N_MAX, INDEX_SHARE, SPEC_TYPES, Model
 from .placement import SPLIT_MODES, describe_placement
 
@@ -111,9 +111,10 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ctx-checkpoints", "--swa-checkpoints", type=int, default=32, metavar="N",
                    help="context checkpoints kept per sequence (KDA states a later prompt sharing a prefix resumes "
                         "from; host memory, see the load report) (32)")
-    p.add_argument("-ctk", "--cache-type-k", choices=list(CACHE_TYPE_BYTES), default="f16",
+    p.add_argument("-ctk", "--cache-type-k", choices=list(CACHE_TYPES), default="f16",
                    help="type of the attention caches' rows: the MLA latent (keys and values) and the indexer's keys "
-                        "and gates (f16; pooled keys and KDA states stay f32)")
+                        "and gates (f16; q8_0 / q4_0 for widths of whole blocks of 32; pooled keys and KDA states "
+                        "stay f32)")
     p.add_argument("-ctv", "--cache-type-v", choices=LLAMA_CACHE_TYPES, default=None,
                    help="accepted for llama-server's command lines, and changes nothing: MLA keeps one latent for "
                         "keys and values, of -ctk's type")

@@ -13,7 +13,7 @@ import argparse
 import json
 from pathlib import Path
 
-from glm5next_runtime.cache_sizes import CACHE_TYPE_BYTES, sequence_cache_bytes
+from glm5next_runtime.cache_sizes import CACHE_TYPES, sequence_cache_bytes
 
 # GLM-5.3-Flash's text_config, the fields the caches depend on: 45 layers, KDA except every 4th (3, 7, ..., 43),
 # every indexer full, one NextN layer
@@ -34,7 +34,7 @@ def main() -> None:
     p.add_argument("config", type=Path, nargs="?", help="a hub config.json (default: GLM-5.3-Flash's)")
     p.add_argument("--ctx", default="8192,32768,131072,1048576", help="context lengths, comma-separated")
     p.add_argument("--ctx-checkpoints", type=int, default=32, help="the server's --ctx-checkpoints")
-    p.add_argument("-ctk", "--cache-type-k", choices=list(CACHE_TYPE_BYTES), default="f16",
+    p.add_argument("-ctk", "--cache-type-k", choices=list(CACHE_TYPES), default="f16",
                    help="the attention caches' row type (the server's -ctk)")
     a = p.parse_args()
     config = json.loads(a.config.read_text()) if a.config else GLM_5_3_FLASH

@@ -41,10 +41,10 @@ def llama_cpp_caches(path: Path, n_ctx: int) -> list[tuple[str, float]]:
 def ours(path: Path, n_ctx: int) -> list[tuple[str, float]]:
     """(setting, MiB) of one sequence's caches per cache type and speculation."""
     from glm5next_runtime import Model
-    from glm5next_runtime.cache_sizes import CACHE_TYPE_BYTES
+    from glm5next_runtime.cache_sizes import CACHE_TYPES
     out = []
     for spec_type in ("none", "draft-mtp"):
-        for cache_type in CACHE_TYPE_BYTES:
+        for cache_type in CACHE_TYPES:
             m = Model(path, n_ctx=n_ctx, n_threads=1, spec_type=spec_type, cache_type_k=cache_type)
             out.append((f"-ctk {cache_type}, --spec-type {spec_type}", m.sequence.cache_bytes / MIB))
             del m

@@ -45,6 +45,8 @@ void sparse_attention_op(ggml_tensor * dst, int ith, int nth, void * userdata) {
         widen = [](const void * x, float * y, int64_t n) { ggml_cpu_fp16_to_fp32((const ggml_fp16_t *) x, y, n); };
     } else if (latent->type == GGML_TYPE_BF16) {
         widen = [](const void * x, float * y, int64_t n) { ggml_cpu_bf16_to_fp32((const ggml_bf16_t *) x, y, n); };
+    } else if (latent->type != GGML_TYPE_F32) {
+        widen = ggml_get_type_traits(latent->type)->to_float;  // q8_0 / q4_0: dequantized
     }
     thread_local std::vector<float> a;  // scratch kept by ggml's worker threads: no allocation per token
     thread_local std::vector<int32_t> used;
@@ -105,11 +107,13 @@ void sparse_attention_op(ggml_tensor * dst, int ith, int nth, void * userdata) {
 
 ggml_tensor * sparse_attention(ggml_context * ctx, ggml_tensor * q_abs, ggml_tensor * latent, ggml_tensor * rows,
                                ggml_tensor * mask, const float * scale) {
-    const bool latent_ok = latent->type == GGML_TYPE_F32 || latent->type == GGML_TYPE_F16 || latent->type == GGML_TYPE_BF16;
+    const ggml_type lt = latent->type;
+    const bool latent_ok = lt == GGML_TYPE_F32 || lt == GGML_TYPE_F16 || lt == GGML_TYPE_BF16 || lt == GGML_TYPE_Q8_0 ||
+                           lt == GGML_TYPE_Q4_0;
     if (q_abs->type != GGML_TYPE_F32 || !latent_ok || rows->type != GGML_TYPE_I32 || mask->type != GGML_TYPE_F32 ||
-        q_abs->nb[0] != sizeof(float) || latent->nb[0] != ggml_type_size(latent->type)) {
-        throw std::invalid_argument("sparse_attention: q_abs must be f32 rows, latent f32, f16 or bf16 rows, rows i32, "
-                                    "mask f32");
+        q_abs->nb[0] != sizeof(float) || latent->nb[0] != ggml_type_size(lt)) {
+        throw std::invalid_argument("sparse_attention: q_abs must be f32 rows, latent f32, f16, bf16, q8_0 or q4_0 rows, "
+                                    "rows i32, mask f32");
     }
     if (latent->ne[0] != q_abs->ne[0] || rows->ne[1] != q_abs->ne[1] || mask->ne[0] != rows->ne[0] ||
         mask->ne[3] != rows->ne[1]) {

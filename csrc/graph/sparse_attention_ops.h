@@ -9,7 +9,7 @@ namespace glm5next {
 // For each row t and head h, attention of the absorbed query over the latent rows row t selected:
 //   a[s]         = q_abs[:, t, h] . latent[:, rows[s, t]] * scale + mask[s, t]
 //   out[:, h, t] = sum_s softmax(a)[s] * latent[:, rows[s, t]]
-// q_abs f32 [kvr, T, n_head] (rows of kvr floats; a view of a batch's rows may skip between heads); latent f32, f16 or bf16 [kvr, n_kv] (the cache, rows contiguous; f16 / bf16 rows widened to f32 as read); rows i32 [n_sel, T]
+// q_abs f32 [kvr, T, n_head] (rows of kvr floats; a view of a batch's rows may skip between heads); latent f32, f16, bf16, q8_0 or q4_0 [kvr, n_kv] (the cache, rows contiguous; other than f32 widened as read); rows i32 [n_sel, T]
 // and mask f32 [n_sel, 1, 1, T] as graph/select_ops.h kpool_rows / kpool_rows_mask give them (0 or -inf; a row with
 // no key keeps slot 0 at 0, so its softmax stays finite and the caller zeroes it). `scale` (1/sqrt(qk head dim))
 // must outlive the graph. Returns f32 [kvr, 1, n_head, T], the layout ggml's gathered composition gives (W_vb next).

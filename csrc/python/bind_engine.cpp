@@ -234,8 +234,10 @@ Sequence, which type checkers take for typing.Sequence). Its own calls run graph
              "--ctx-checkpoints; 0 = none), checkpoint_every: while prefilling, a checkpoint each time n_past crosses "
              "a multiple of it (tokens), draft_rows: the NextN layer's caches, for drafting (False: none, as without "
              "a NextN layer; has_draft_head then False), cache_type: the attention caches' rows (MLA latent, indexer "
-             "keys and gates), 'f16' (llama.cpp's default), 'bf16' or 'f32'; pooled keys and KDA states stay f32).\n"
-             "Raises ValueError for n_ctx out of [1, 2^24], checkpoint_every of 0 or another cache_type, "
+             "keys and gates), 'f16' (llama.cpp's default), 'bf16', 'f32', 'q8_0' or 'q4_0'; pooled keys and KDA states "
+             "stay f32).\n"
+             "Raises ValueError for n_ctx out of [1, 2^24], checkpoint_every of 0, another cache_type or a quantized one for "
+             "widths that are not whole blocks of 32, "
              "RuntimeError when a device cannot hold the caches.")
         .def_property_readonly("engine", [](const Sequence & s) -> const Engine & { return s.engine(); },
                                py::return_value_policy::reference_internal, "The engine it runs on.")

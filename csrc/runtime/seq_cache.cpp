@@ -24,6 +24,15 @@ SeqCache::SeqCache(const Model & model, uint32_t first_layer, uint32_t n_layers,
         }
         return ctx_of[dev];
     };
+    const int64_t block = ggml_blck_size(cache_type);
+    for (const auto & [what, width] : {std::pair<const char *, uint32_t>{"kv_lora_rank", hp.kv_lora_rank},
+                                       {"indexer key_length", hp.idx_head_dim}}) {
+        if (width % block != 0) {
+            throw std::invalid_argument(std::string("cache type ") + ggml_type_name(cache_type) + " stores rows in blocks of " +
+                                        std::to_string(block) + " values, and this model's " + what + " is " +
+                                        std::to_string(width) + "; use f16, bf16 or f32");
+        }
+    }
     layers_.resize(n_layers);
     for (uint32_t il = first_layer; il < first_layer + n_layers; ++il) {
         LayerCache & c = layers_[il - first_layer];

@@ -9,21 +9,20 @@
 
 namespace glm5next {
 
-static constexpr ggml_type kCacheTypes[] = {GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_F32};
+static constexpr ggml_type kCacheTypes[] = {GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_F32, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0};
 
 ggml_type cache_type_from_name(const std::string & name) {
     for (ggml_type t : kCacheTypes) {
         if (name == ggml_type_name(t)) return t;
     }
-    // quantized rows (llama.cpp's q8_0, q4_0...) would need the custom ops to dequantize them and the dense
-    // attention path a copy: not built yet (issue 27)
-    throw std::invalid_argument("cache type '" + name + "' is not one this runtime keeps; use f16, bf16 or f32");
+    throw std::invalid_argument("cache type '" + name + "' is not one this runtime keeps; use f16, bf16, f32, q8_0 "
+                                "or q4_0");
 }
 
 static const SequenceParams & checked_params(const SequenceParams & params) {
     if (std::find(std::begin(kCacheTypes), std::end(kCacheTypes), params.cache_type) == std::end(kCacheTypes)) {
         throw std::invalid_argument(std::string("cache type '") + ggml_type_name(params.cache_type) +
-                                    "' is not one this runtime keeps; use f16, bf16 or f32");
+                                    "' is not one this runtime keeps; use f16, bf16, f32, q8_0 or q4_0");
     }
     if (params.n_ctx == 0 || params.n_ctx > kMaxContext) {
         throw std::invalid_argument("n_ctx = " + std::to_string(params.n_ctx) + " is out of range [1, " +

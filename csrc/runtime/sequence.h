@@ -29,13 +29,15 @@ struct SequenceParams {
     // a NextN layer (issue 27: at n_ctx 32k they were 47% of a sequence's caches that never drafts).
     bool draft_rows = true;
     // The type of the attention caches' rows: the MLA latent, the indexer keys and gates (the pooled keys stay f32)
-    // (llama-server's -ctk; docs/runtime.md, Engine). f16 by default, as llama.cpp's caches; f32 and bf16 on request.
+    // (llama-server's -ctk; docs/runtime.md, Engine). f16 by default, as llama.cpp's caches; f32, bf16, q8_0 and
+    // q4_0 on request (quantized rows need widths that are whole blocks of 32).
     // The KDA conv windows and states stay f32: a recurrent state is rewritten every row, so a rounding would
     // compound along the sequence.
     ggml_type cache_type = GGML_TYPE_F16;
 };
 
-// A cache type by ggml's name ("f16", "bf16", "f32": the types a sequence keeps, SequenceParams::cache_type).
+// A cache type by ggml's name ("f16", "bf16", "f32", "q8_0", "q4_0": the types a sequence keeps,
+// SequenceParams::cache_type).
 // Throws std::invalid_argument naming any other name.
 ggml_type cache_type_from_name(const std::string & name);
 

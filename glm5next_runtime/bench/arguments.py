@@ -8,7 +8,7 @@ import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from ..cache_sizes import CACHE_TYPE_BYTES
+from ..cache_sizes import CACHE_TYPES
 from .errors import PROG
 from .speculative import SpecLength
 
@@ -76,7 +76,7 @@ def parser() -> argparse.ArgumentParser:
                    help="CPU threads (default: all cores)")
     p.add_argument("-b", "--batch-size", type=_positive("-b"), default=512,
                    help="prefill ubatch size, for both engines (default 512)")
-    p.add_argument("-ctk", "--cache-type-k", choices=list(CACHE_TYPE_BYTES), default="f16",
+    p.add_argument("-ctk", "--cache-type-k", choices=list(CACHE_TYPES), default="f16",
                    help="attention caches' row type, for both engines (llama.cpp's type_k and type_v; default f16)")
     p.add_argument("-r", "--repetitions", type=_positive("-r"), default=3, help="runs per test (default 3)")
     p.add_argument("--rpc", metavar="HOST:PORT[,...]", help="ggml RPC servers whose devices join (as glm5next-server)")

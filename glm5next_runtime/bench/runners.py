@@ -75,7 +75,7 @@ class OursRunner:
 
 
 # ggml's type ids of the cache types (ggml.h; llama_cpp exports F32 and F16 but not BF16)
-LLAMA_CACHE_TYPES = {"f32": 0, "f16": 1, "bf16": 30}
+LLAMA_CACHE_TYPES = {"f32": 0, "f16": 1, "bf16": 30, "q8_0": 8, "q4_0": 2}
 
 
 class LlamaCppRunner:

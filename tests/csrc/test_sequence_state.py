@@ -108,8 +108,15 @@ def test_a_sequence_saved_with_another_cache_type_is_refused_by_name(gguf, saver
 
 def test_a_cache_type_the_runtime_does_not_keep_is_refused_by_name(gguf):
     from glm5next_runtime import Model
-    with pytest.raises(ValueError, match="cache_type_k 'q8_0': expected one of f16, bf16, f32"):
-        Model(gguf, cache_type_k="q8_0")
+    with pytest.raises(ValueError, match="cache_type_k 'q5_0': expected one of f16, bf16, f32, q8_0, q4_0"):
+        Model(gguf, cache_type_k="q5_0")
+
+
+def test_a_quantized_cache_needs_widths_of_whole_blocks(checkpoints):
+    from glm5next_runtime import Model
+    path = checkpoints.convert(checkpoints.make("state-other", "tiny", dtype="f32", seed=3, kv_lora_rank=24))
+    with pytest.raises(ValueError, match="q8_0 stores rows in blocks of 32 values, and this model's kv_lora_rank is 24"):
+        Model(path, cache_type_k="q8_0")
 
 
 def test_a_sequence_longer_than_the_context_is_refused(gguf, saver):

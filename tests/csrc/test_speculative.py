@@ -49,6 +49,20 @@ def test_greedy_output_equals_plain_decoding(model, n_max):
     assert all(rounds_with > 0), rounds_with  # every outcome of a round occurred: 0, 1, ..., n_max accepted
 
 
+@pytest.mark.parametrize("cache_type", ["f32", "bf16", "q8_0", "q4_0"])
+def test_greedy_output_equals_plain_decoding_with_every_cache_type(checkpoints, cache_type):
+    """-ctk: verify rows read the same cache rows as decode rows, whatever their type (f16, the default, is the
+    other tests')."""
+    from glm5next_runtime import Model
+    ckpt = checkpoints.make("spec-predictable", "predictable", dtype="f32")
+    m = Model(checkpoints.convert(ckpt, outtype="q8_0"), n_ctx=512, n_threads=2, draft_adaptive=False,
+              cache_type_k=cache_type)
+    for prompt in PROMPTS[:2]:
+        plain, _ = run(m, prompt, 120, n_max=0, temperature=0.0)
+        spec, stats = run(m, prompt, 120, n_max=3, temperature=0.0)
+        assert spec == plain and stats["accepted_at"][0] > 0
+
+
 def test_greedy_output_is_the_same_with_and_without_index_sharing(model):
     on, _ = run(model, PROMPT, 200, n_max=3, index_share="on", temperature=0.0)
     off, _ = run(model, PROMPT, 200, n_max=3, index_share="off", temperature=0.0)

@@ -1,6 +1,6 @@
 """The cache sizes computed from a hub config (glm5next_runtime/cache_sizes.py, issue 27) are the engine's: on
 small checkpoints of several layer schedules (KDA and DSA layers, shared indexers, the bundled model), at n_ctx
-that is and is not a multiple of index_kpool, with and without drafting, with f16 (the default) and f32 rows, a
+that is and is not a multiple of index_kpool, with and without drafting, with f16 (the default), f32 and q8_0 rows, a
 sequence's cache bytes and a checkpoint's bytes equal what cache_sizes says from the checkpoint's config.json alone."""
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ BUNDLED = "models/glm5next-small"
 
 @pytest.mark.parametrize("preset", ["tiny", "shared", "dense-sparse", "bundled"])
 @pytest.mark.parametrize("n_ctx", [64, 1001])
-@pytest.mark.parametrize("cache_type", ["f16", "f32"])
+@pytest.mark.parametrize("cache_type", ["f16", "f32", "q8_0"])
 def test_the_config_gives_the_engines_cache_bytes(checkpoints, preset, n_ctx, cache_type):
     from glm5next_runtime import Model
     if preset == "bundled":

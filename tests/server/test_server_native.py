@@ -538,7 +538,7 @@ def test_responses_reflect_the_origin(locked):
     (["--no-jinja", "--chat-template-file", "t.jinja"], "--chat-template-file: needs --jinja"),
     (["--top-p", "0"], "--top-p 0.0: must be in (0, 1]"),
     (["-n", "-2"], "-n/--n-predict -2: must be >= -1"),
-    (["-ctk", "q8_0"], "-ctk/--cache-type-k: invalid choice: 'q8_0' (choose from 'f16', 'bf16', 'f32')"),
+    (["-ctk", "q5_0"], "-ctk/--cache-type-k: invalid choice: 'q5_0' (choose from 'f16', 'bf16', 'f32', 'q8_0', 'q4_0')"),
 ])
 def test_flags_the_engine_cannot_honour_exit_2_naming_them(flags, message, capsys):
     with pytest.raises(SystemExit) as e:
