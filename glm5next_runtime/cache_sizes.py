@@ -1,7 +1,7 @@
 """The cache memory of one sequence, from a model's hub config (issue 27): what csrc/runtime/seq_cache.cpp
 allocates per layer, so that a user can size n_ctx for a model this machine cannot load (scripts/cache_table.py
-prints GLM-5.3-Flash's table). The attention rows are of the cache type (-ctk: f16 by default, bf16 or f32), the
-pooled keys and KDA states f32:
+prints GLM-5.3-Flash's table). The attention rows are of the cache type (-ctk: f16 by default; bf16, f32, q8_0 or
+q4_0), the pooled keys and KDA states f32:
 
     DSA (deepseek_sparse_attention) layer   latent [kv_lora_rank, n_ctx]; with a full indexer also its keys and
                                             gates [index_head_dim, n_ctx] each and the pooled keys
@@ -24,8 +24,9 @@ ALIGN = 32  # ggml's CPU buffers place each tensor at a multiple of this (TENSOR
 
 
 def text_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
-    """The text model's fields of a hub config.json: `text_config` when present, else the top level (flat
-    configs); text_config first (docs/model.md, Real hyper-parameters)."""
+    """The text model's fields of a hub config.json: the `text_config` section when present (and not empty), else
+    the top level (flat configs); one section or the other, never merged field by field
+    (docs/model.md, Real hyper-parameters)."""
     return config.get("text_config") or config
 
 

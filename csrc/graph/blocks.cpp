@@ -241,7 +241,7 @@ ggml_tensor * BlockBuilder::index_rows(GraphPart & part, const LayerCache & c, c
     return ggml_view_2d(ctx, c.pooled, idim, part.layout.n_pool, c.pooled->nb[1], 0);
 }
 
-// An f16 / bf16 cache's rows as f32 for a product with f32 queries. ggml would otherwise round the queries (and a
+// A non-f32 cache's rows as f32 for a product with f32 queries. ggml would otherwise round the queries (and a
 // dense pass's probabilities) to the cache's type, as llama.cpp's f16 cache does: ~5e-4 relative, enough to make a
 // prompt ubatch's dense pass disagree with the rows' own gathered attention (graph/sparse_attention_ops.h widens
 // the rows it reads and keeps the queries f32) and flip greedy tokens of a q8_0 file between a cache hit and a

@@ -14,7 +14,7 @@ namespace glm5next {
 struct LayerCache {
     ggml_tensor * conv = nullptr;    // KDA: f32 [K-1, 3*inner] (ggml_ssm_conv's state layout)
     ggml_tensor * state = nullptr;   // KDA: f32 [d, d, n_head] (ggml_gated_delta_net's layout, S transposed)
-    // the rows are of the sequence's cache type (f16 by default, f32 or bf16: SequenceParams::cache_type)
+    // the rows are of the sequence's cache type (f16 by default; bf16, f32, q8_0 or q4_0: SequenceParams::cache_type)
     ggml_tensor * latent = nullptr;  // DSA: [kv_lora_rank, n_ctx]
     ggml_tensor * idx_k = nullptr;   // full indexer: [idx_head_dim, n_ctx] (after k_norm)
     ggml_tensor * idx_g = nullptr;   // full indexer: [idx_head_dim, n_ctx] (compress gate scores)

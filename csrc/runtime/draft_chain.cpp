@@ -37,7 +37,8 @@ const DraftOutput & DraftChain::next(int32_t drafted) {
 DraftPart DraftChain::next_part(int32_t drafted) {
     if (step_ < 0) throw std::logic_error("DraftChain::next before begin");
     drafted_ = drafted;
-    // The row (z_{k-1}, d_{k-1}): z is read from out_ before the step overwrites it (Engine::run_draft copies it).
+    // The row (z_{k-1}, d_k) at p0 + k, k = step_ + 1: z is read from out_ before the step overwrites it
+    // (Engine::run_draft copies it).
     return DraftPart{&seq_, out_.z.data(), &drafted_, 1, p0_ + step_ + 1, share_ ? saved_pools_.data() : nullptr,
                      share_ ? p0_ : -1, /*from_trunk=*/false, &out_};
 }

@@ -1,10 +1,12 @@
 // The chain of NextN draft steps of one round (docs/runtime.md, draft-MTP round, step 1; docs/model.md, NextN draft
 // head and index_share_for_mtp_iteration): step 0 is the row (h_p0, x_{p0+1}) at p0, written together with the rows
-// still pending before it; step k >= 1 is the row (z_{k-1}, d_{k-1}) at p0 + k, which attends exactly step 0's
-// selection S(p0) with index sharing, or runs the head's own indexer without it. The caller picks each drafted token
-// d_k from the step's output (greedy, sampled, or by a test) and hands it to next().
-// Each step is a DraftPart (runtime/engine.h) that the caller runs, alone (begin, next) or in one graph with other
-// sequences' steps (runtime/batch.h: begin_part, then began(); next_part, then stepped()).
+// still pending before it; step k >= 1 is the row (z_{k-1}, d_k) at p0 + k, where d_k is the token drafted from step
+// k-1's output and z_{k-1} that step's output, and attends exactly step 0's selection S(p0) with index sharing, or
+// runs the head's own indexer without it. The caller picks each drafted token from the step's output (greedy,
+// sampled, or by a test) and hands it to the next step.
+// Each step is a DraftPart (runtime/engine.h): a Generator, alone or in a Batch (runtime/batch.h), runs begin_part,
+// then began(), and next_part, then stepped(), so that a batch runs several sequences' steps in one graph;
+// begin() / next() run a step alone, for inspection only (_core.DraftChain, Model.draft).
 #pragma once
 
 #include <cstdint>

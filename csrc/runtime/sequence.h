@@ -57,7 +57,8 @@ public:
     // std::logic_error while a verify pass awaits its commit.
     EvalOutput eval(const std::vector<int32_t> & tokens, bool logits_all);
 
-    // The verify pass of a draft-MTP round (docs/runtime.md, draft-MTP round, step 2): evaluates `tokens` (one
+    // The verify pass (docs/runtime.md, draft-MTP round, step 2) for a caller outside a Generator
+    // (`_core.Seq.verify`); a Generator builds the same TrunkPart in verify_part. Evaluates `tokens` (one
     // ubatch) as provisional rows with per-row KDA snapshots and writes the logits and hidden states of every row
     // into `out`, whose buffers a caller reuses round after round (no [n, n_vocab] allocation per round). The
     // caller decides how many rows to keep and calls commit(n_keep) before anything else runs on the sequence.

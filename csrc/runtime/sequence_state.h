@@ -4,13 +4,15 @@
 // the tokens, the trunk's and the NextN layer's cache rows, the hidden state of the last row, how far the draft
 // rows follow the trunk, and the context checkpoints.
 //
-// Format (little-endian, as the host writes it; version 2):
+// Format (little-endian, as the host writes it; version 3):
 //   "GLM5NSEQ", u32 version,
 //   u32 n_tokens, i32 tokens[n_tokens],
 //   rows(trunk), u8 has_draft, [rows(draft)],
 //   floats(last_hidden), i64 draft_from_trunk,
 //   u32 n_checkpoints, per checkpoint: u32 n_past, floats(kda), floats(hidden), floats(logits)
-// where rows(c) = u32 n_past, u32 n_tensors, floats(tensor) each; floats(v) = u64 count, f32 v[count].
+// where rows(c) = u32 n_past, u32 n_tensors, per tensor: u32 ggml type, u64 n_bytes, bytes (its rows in its own
+// type: -ctk's for the latent and indexer rows, f32 for the pooled keys and KDA); floats(v) = u64 count,
+// f32 v[count].
 #pragma once
 
 #include <cstddef>

@@ -6,7 +6,8 @@ the Python API of the top-level package.
     config.py     ServerConfig: what the routes need besides the slots
     app.py        the FastAPI app: middlewares, /health, /metrics, and every surface's routes on one pipeline
 
-One package per API surface; each has its routes, request schemas and replies, and none imports another:
+One package per API surface; each has its routes, and its request schemas and replies where it has its own
+(native's reply is completion_reply.py; vertex/ re-dispatches to the other routes), and none imports another:
 
     openai_chat/       OpenAI's /v1/chat/completions, /v1/completions, /v1/models
     native/            llama-server's own: /completion, /tokenize, /detokenize, /apply-template, /props, /slots,
@@ -18,8 +19,8 @@ One package per API surface; each has its routes, request schemas and replies, a
 The request pipeline every surface calls (parse -> template -> schedule -> generate -> reply):
 
     pipeline.py   RequestPipeline: a request's one way through the server
-    schemas.py    the request bodies every surface becomes (chat completions' and completions', and the sampling
-                  fields all generations share)
+    schemas.py    the request bodies every surface becomes (OpenAI's chat request, and the sampling fields all
+                  generations share; completions' own body is openai_chat/schemas.py)
     chat_bridge.py  another API's request as the chat request it is (Anthropic's and Responses' go the chat's way)
     request_defaults.py  --temp, --top-k, --top-p, --min-p, -n, --reasoning-*, -v: the requests' defaults
     templates.py  the chat template rendered in worker processes, with bounded memory and time

@@ -4,7 +4,8 @@ reply). The slots are sequences of one engine: the generations of the requests t
 batched step by step, on the scheduler's thread (../scheduler.py).
 
     openai_chat/       /v1/chat/completions, /v1/completions, /v1/models
-    native/            llama-server's own: /completion, /tokenize, /apply-template, /props, /slots, slot actions
+    native/            llama-server's own: /completion, /tokenize, /detokenize, /apply-template, /props, /slots,
+                       slot actions
     anthropic/         /v1/messages (errors in Anthropic's shape)
     openai_responses/  /v1/responses
     vertex/            Google Vertex AI's prediction routes (AIP_MODE=PREDICTION)
