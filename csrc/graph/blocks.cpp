@@ -163,13 +163,13 @@ ggml_tensor * BlockBuilder::kda(ggml_tensor * x, const LayerWeights & w, uint32_
     auto taps = [&](ggml_tensor * k) { return ggml_reshape_2d(ctx, k, K, inner); };
     ggml_tensor * kernel = ggml_concat(ctx, ggml_concat(ctx, taps(w.conv_q), taps(w.conv_k), 1), taps(w.conv_v), 1);
     std::vector<KdaSnapshots> snaps(group->parts.size());
-    std::vector<ggml_tensor *> convolved;
+    std::vector<ggml_tensor *> convolved, xts(group->parts.size());
     for (size_t p = 0; p < group->parts.size(); ++p) {
         const GraphPart & part = *group->parts[p];
         const LayerCache & c = part.cache.layer(il);
         snaps[p].cache = &c;
         convolved.push_back(conv(rows_view(ctx, proj, 1, part.row0, part.n_rows), kernel, c.conv, part.n_rows,
-                                 &snaps[p].xt));
+                                 &xts[p]));
     }
     ggml_tensor * qkv = concat_rows(ctx, convolved, 1);  // [3*inner, T]: q | k | v per row
     auto part_of = [&](int i) {  // q, k or v as [d, nh, T, 1]
@@ -200,9 +200,20 @@ ggml_tensor * BlockBuilder::kda(ggml_tensor * x, const LayerWeights & w, uint32_
                                                     rows_view(ctx, v, 2, r0, n), rows_view(ctx, gate, 2, r0, n),
                                                     rows_view(ctx, beta, 2, r0, n), state, part.keep_snapshots ? n : 1);
         if (part.keep_snapshots) {
+            // the conv window after each row r: pre-conv rows [r+1, r+K) of xt [K-1+n, channels], each made
+            // contiguous, side by side in [K-1, channels, n] (a rollback copies one of them, on the device; one
+            // overlapping 3-D view would be smaller, but ggml sizes a view as if it were contiguous)
+            ggml_tensor * xt = xts[p];
+            ggml_tensor * windows = nullptr;
+            for (int64_t r = 0; r < n; ++r) {
+                ggml_tensor * w_r = ggml_cont(ctx, ggml_view_2d(ctx, xt, K - 1, xt->ne[1], xt->nb[1], (r + 1) * xt->nb[0]));
+                windows = windows ? ggml_concat(ctx, windows, w_r, 2) : ggml_reshape_3d(ctx, w_r, K - 1, xt->ne[1], 1);
+            }
+            snaps[p].windows = windows;
             snaps[p].packed = packed;
             ggml_set_output(packed);
-            ggml_set_output(snaps[p].xt);
+            ggml_set_output(snaps[p].windows);
+            ggml_build_forward_expand(gf, snaps[p].windows);  // no later node reads it: expanded here
             part.snapshots.push_back(snaps[p]);
         }
         outs.push_back(ggml_view_3d(ctx, packed, d, nh, n, d * sizeof(float), d * nh * sizeof(float), 0));

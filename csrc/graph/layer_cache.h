@@ -34,13 +34,12 @@ struct CacheView {
 };
 
 // What a verify pass leaves of one KDA layer so that any prefix of its rows can be kept without replay: the
-// recurrent state after every row and the pre-conv rows from which any row's conv window is cut. The tensors are
-// graph outputs, valid until the next graph is allocated; the sequence cache rolls back from them
-// (SeqCache::commit).
+// recurrent state and the conv window after every row. The tensors are graph outputs where the layer runs (on its
+// device), valid until the next graph is allocated; the sequence cache rolls back from them (SeqCache::commit).
 struct KdaSnapshots {
     const LayerCache * cache = nullptr;
-    ggml_tensor * packed = nullptr;  // ggml_gated_delta_net output: outputs, then one state per row (slot s = s rows back)
-    ggml_tensor * xt = nullptr;      // q|k|v pre-conv rows [K-1+T, 3*inner], the old window first
+    ggml_tensor * packed = nullptr;   // ggml_gated_delta_net output: outputs, then one state per row (slot s = s rows back)
+    ggml_tensor * windows = nullptr;  // f32 [K-1, 3*inner, T]: window r is the conv cache after row r (q|k|v channels)
 };
 
 }  // namespace glm5next

@@ -244,42 +244,43 @@ namespace {
 
 bool is_host(const ggml_tensor * t) { return t->buffer != nullptr && ggml_backend_buffer_is_host(t->buffer); }
 
+// Copies `bytes` of `src` from byte `offset` into the start of `dst` where they live: the buffers' own copy when both
+// are on one device (CUDA device to device, one COPY_TENSOR command to an RPC server; issue 26: nothing of the state
+// crosses to the host), else through host memory (ggml_backend_tensor_copy's fallback).
+void copy_on_device(ggml_tensor * src, size_t offset, ggml_tensor * dst, size_t bytes) {
+    ggml_context * ctx = ggml_init({2 * ggml_tensor_overhead(), nullptr, true});
+    if (ctx == nullptr) throw std::runtime_error("cannot allocate the views of a KDA state copy");
+    ggml_tensor * from = ggml_view_1d(ctx, src, (int64_t) (bytes / ggml_type_size(src->type)), offset);
+    ggml_tensor * to = ggml_view_1d(ctx, dst, (int64_t) (bytes / ggml_type_size(dst->type)), 0);
+    if (ggml_backend_view_init(from) != GGML_STATUS_SUCCESS || ggml_backend_view_init(to) != GGML_STATUS_SUCCESS) {
+        ggml_free(ctx);
+        throw std::runtime_error("cannot place the views of a KDA state copy");
+    }
+    ggml_backend_tensor_copy(from, to);
+    ggml_free(ctx);
+}
+
 }  // namespace
 
 // The state after row n_keep-1 is slot (n_rows - n_keep) of the packed states (slot s = s rows back from the
-// last), after the n_rows outputs; the conv window after it is pre-conv rows [n_keep, n_keep + K-1) (the old window
-// first), one run of K-1 floats per channel (q, k and v channels side by side). In host memory both are copied in
-// place; on a device they go through `staging_` with one read and one write per tensor (never one call per channel).
+// last), after the n_rows outputs; the conv window after it is window n_keep-1 of the snapshots. In host memory both
+// are copied in place; on a device, there (copy_on_device; issue 26): over ggml RPC, fully offloaded, the bench
+// preset's rounds that reject every draft moved 11.2 MiB per round across the connection when the state went through
+// the host (2.3x its KDA states), 0.9 MiB now (the round's other traffic; tests/csrc/test_devices.py).
 void SeqCache::rollback_kda(const KdaSnapshots & s, int64_t n_rows, int64_t n_keep) {
-    const int64_t d = hp_.kda_head_dim, nh = hp_.n_head, K = hp_.ssm_conv_kernel;
+    const int64_t d = hp_.kda_head_dim, nh = hp_.n_head;
     const size_t state_bytes = d * d * nh * sizeof(float);
     const size_t state_offset = (d * nh * n_rows + (n_rows - n_keep) * d * d * nh) * sizeof(float);
+    const size_t window_bytes = ggml_nbytes(s.cache->conv);
+    const size_t window_offset = (n_keep - 1) * window_bytes;
     ggml_tensor * state = s.cache->state, * conv = s.cache->conv;
-    if (is_host(s.packed) && is_host(state)) {
+    if (is_host(s.packed) && is_host(state) && is_host(s.windows) && is_host(conv)) {
         std::memcpy(state->data, (const char *) s.packed->data + state_offset, state_bytes);
-    } else {
-        staging_.resize(state_bytes / sizeof(float));
-        ggml_backend_tensor_get(s.packed, staging_.data(), state_offset, state_bytes);
-        ggml_backend_tensor_set(state, staging_.data(), 0, state_bytes);
-    }
-    const ggml_tensor * xt = s.xt;
-    const int64_t channels = conv->ne[1];
-    if (is_host(xt) && is_host(conv)) {
-        for (int64_t ch = 0; ch < channels; ++ch) {
-            std::memcpy((char *) conv->data + ch * conv->nb[1], (const char *) xt->data + ch * xt->nb[1] + n_keep * xt->nb[0],
-                        (K - 1) * sizeof(float));
-        }
+        std::memcpy(conv->data, (const char *) s.windows->data + window_offset, window_bytes);
         return;
     }
-    const int64_t row = xt->ne[0];  // K-1+T floats per channel
-    staging_.resize(row * channels + (K - 1) * channels);
-    float * all = staging_.data();
-    float * window = all + row * channels;
-    ggml_backend_tensor_get(xt, all, 0, row * channels * sizeof(float));
-    for (int64_t ch = 0; ch < channels; ++ch) {
-        std::memcpy(window + ch * (K - 1), all + ch * row + n_keep, (K - 1) * sizeof(float));
-    }
-    ggml_backend_tensor_set(conv, window, 0, (K - 1) * channels * sizeof(float));
+    copy_on_device(s.packed, state_offset, state, state_bytes);
+    copy_on_device(s.windows, window_offset, conv, window_bytes);
 }
 
 }  // namespace glm5next

@@ -109,7 +109,6 @@ private:
     bool recurrent_ = false;  // some layer has KDA state
     std::vector<KdaSnapshots> pending_;
     uint32_t pending_rows_ = 0;
-    std::vector<float> staging_;  // host copy of snapshot rows when a snapshot is not in host memory
     std::vector<ggml_context *> contexts_;  // one per device
     std::vector<ggml_backend_buffer_t> buffers_;
 };

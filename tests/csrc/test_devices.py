@@ -197,3 +197,39 @@ def test_sequences_batched_on_a_placed_model_decode_as_alone(predictable_gguf, d
     for g, w in zip(got, want):
         assert g.tokens == w.tokens
         assert np.abs(np.array([e.logprob for e in g.logprobs]) - [e.logprob for e in w.logprobs]).max() <= 1e-4
+
+
+def loopback_bytes() -> int:
+    """Bytes through the loopback interface so far (/proc/net/dev), both directions of every connection on it."""
+    for line in open("/proc/net/dev"):
+        if line.strip().startswith("lo:"):
+            return int(line.split(":")[1].split()[0])
+    raise RuntimeError("no loopback interface in /proc/net/dev")
+
+
+def test_a_rejected_draft_rolls_the_kda_state_back_on_the_device(checkpoints, rpc_servers):
+    """Issue 26 item 1: a round whose drafts are all rejected puts every KDA layer back to its snapshot where the
+    layer lives (the verify pass's snapshots stay on the device: ggml's buffer copy, one COPY_TENSOR per tensor over
+    RPC). Counted from the connection: the bytes through loopback per round stay under a quarter of the placed
+    layers' KDA state (the state went to the host and back before: bench preset 11.2 MiB per round, 2.3x its
+    states; 0.9 MiB after), and the tokens are plain decoding's."""
+    from glm5next_runtime import Model, _core
+    endpoint, _ = rpc_servers.get("devices-rollback")
+    _core.add_rpc_servers([endpoint])
+    name = device_name(endpoint)
+    # a random NextN head (every draft rejected) and wide KDA states (32 heads x 128: 2 MiB per layer)
+    ckpt = checkpoints.make("rollback-wide-kda", "tiny", dtype="f32", num_attention_heads=32, linear_head_dim=128)
+    m = Model(checkpoints.convert(ckpt, outtype="f32"), n_ctx=256, n_threads=1, devices=[name], n_gpu_layers=99,
+              draft_adaptive=False)
+    kda = [il for il, kv in enumerate(m.hparams["head_count_kv"][: m.hparams["n_trunk"]]) if kv == 0]
+    state_bytes = len(kda) * sum(a.nbytes for a in m.sequence.kda_state(kda[0]).values())
+    g = m.generator(n_max=3, adaptive=False, temperature=0.0, seed=0)
+    tokens = [g.start(PROMPT)] + g.step()
+    before, rounds = loopback_bytes(), 8
+    for _ in range(rounds):
+        tokens += g.step()
+    per_round = (loopback_bytes() - before) / rounds
+    assert g.stats["accepted_at"][0] < g.stats["drafted_at"][0]  # rounds rejected drafts: rollbacks ran
+    assert per_round < state_bytes / 4, (per_round, state_bytes)
+    plain = Model(m.path, n_ctx=256, n_threads=1, devices=["none"], spec_type="none")
+    assert plain.generate(PROMPT, max_tokens=len(tokens), temperature=0).tokens == tokens
