@@ -86,15 +86,13 @@ def hf_logits(ckpt: Path, tokens: list[int]) -> np.ndarray:
 def llama_cpp_logits(gguf_path: Path, tokens: list[int], cache_type: str = "f32") -> np.ndarray:
     """llama-cpp-python 0.3.36 logits [n_tokens, n_vocab] with `cache_type` caches ("f32" by default: its default
     f16 cache costs ~1e-3; "f16", "q8_0", "q4_0" to measure that)."""
-    import llama_cpp
     from llama_cpp import Llama
 
+    from glm5next_runtime.bench.runners import llama_cache_kwargs
+
     n = len(tokens)
-    ggml_type = {"f32": llama_cpp.GGML_TYPE_F32, "f16": llama_cpp.GGML_TYPE_F16, "q8_0": llama_cpp.GGML_TYPE_Q8_0,
-                 "q4_0": llama_cpp.GGML_TYPE_Q4_0}[cache_type]
     llm = Llama(model_path=str(gguf_path), n_ctx=max(256, n + 16), n_batch=n, n_ubatch=n, logits_all=True,
-                type_k=ggml_type, type_v=ggml_type, n_threads=2, verbose=False,
-                flash_attn=cache_type.startswith("q"))  # llama.cpp takes quantized caches only with flash attention
+                n_threads=2, verbose=False, **llama_cache_kwargs(cache_type))
     llm.eval(tokens)
     out = np.array(llm.scores[:n], dtype=np.float32)
     llm.close()

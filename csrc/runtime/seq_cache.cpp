@@ -1,7 +1,6 @@
 #include "runtime/seq_cache.h"
 
 #include <algorithm>
-#include <cstring>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -240,31 +239,9 @@ void SeqCache::commit(uint32_t n_keep) {
     pending_rows_ = 0;
 }
 
-namespace {
-
-bool is_host(const ggml_tensor * t) { return t->buffer != nullptr && ggml_backend_buffer_is_host(t->buffer); }
-
-// Copies `bytes` of `src` from byte `offset` into the start of `dst` where they live: the buffers' own copy when both
-// are on one device (CUDA device to device, one COPY_TENSOR command to an RPC server; issue 26: nothing of the state
-// crosses to the host), else through host memory (ggml_backend_tensor_copy's fallback).
-void copy_on_device(ggml_tensor * src, size_t offset, ggml_tensor * dst, size_t bytes) {
-    ggml_context * ctx = ggml_init({2 * ggml_tensor_overhead(), nullptr, true});
-    if (ctx == nullptr) throw std::runtime_error("cannot allocate the views of a KDA state copy");
-    ggml_tensor * from = ggml_view_1d(ctx, src, (int64_t) (bytes / ggml_type_size(src->type)), offset);
-    ggml_tensor * to = ggml_view_1d(ctx, dst, (int64_t) (bytes / ggml_type_size(dst->type)), 0);
-    if (ggml_backend_view_init(from) != GGML_STATUS_SUCCESS || ggml_backend_view_init(to) != GGML_STATUS_SUCCESS) {
-        ggml_free(ctx);
-        throw std::runtime_error("cannot place the views of a KDA state copy");
-    }
-    ggml_backend_tensor_copy(from, to);
-    ggml_free(ctx);
-}
-
-}  // namespace
-
 // The state after row n_keep-1 is slot (n_rows - n_keep) of the packed states (slot s = s rows back from the
-// last), after the n_rows outputs; the conv window after it is window n_keep-1 of the snapshots. In host memory both
-// are copied in place; on a device, there (copy_on_device; issue 26): over ggml RPC, fully offloaded, the bench
+// last), after the n_rows outputs; the conv window after it is window n_keep-1 of the snapshots. Both are copied where
+// they live (copy_bytes; issue 26): over ggml RPC, fully offloaded, the bench
 // preset's rounds that reject every draft moved 11.2 MiB per round across the connection when the state went through
 // the host (2.3x its KDA states), 0.9 MiB now (the round's other traffic; tests/csrc/test_devices.py).
 void SeqCache::rollback_kda(const KdaSnapshots & s, int64_t n_rows, int64_t n_keep) {
@@ -272,15 +249,21 @@ void SeqCache::rollback_kda(const KdaSnapshots & s, int64_t n_rows, int64_t n_ke
     const size_t state_bytes = d * d * nh * sizeof(float);
     const size_t state_offset = (d * nh * n_rows + (n_rows - n_keep) * d * d * nh) * sizeof(float);
     const size_t window_bytes = ggml_nbytes(s.cache->conv);
-    const size_t window_offset = (n_keep - 1) * window_bytes;
-    ggml_tensor * state = s.cache->state, * conv = s.cache->conv;
-    if (is_host(s.packed) && is_host(state) && is_host(s.windows) && is_host(conv)) {
-        std::memcpy(state->data, (const char *) s.packed->data + state_offset, state_bytes);
-        std::memcpy(conv->data, (const char *) s.windows->data + window_offset, window_bytes);
-        return;
+    copy_bytes(s.packed, state_offset, s.cache->state, state_bytes);
+    copy_bytes(s.windows, (n_keep - 1) * window_bytes, s.cache->conv, window_bytes);
+}
+
+// Through two views, with ggml_backend_tensor_copy: a memcpy in host memory, the buffers' own copy when both are on
+// one device (CUDA device to device, one COPY_TENSOR command to an RPC server; issue 26: nothing of the state crosses
+// to the host), else through host memory.
+void SeqCache::copy_bytes(ggml_tensor * src, size_t offset, ggml_tensor * dst, size_t bytes) {
+    ggml_reset(views_.get());
+    ggml_tensor * from = ggml_view_1d(views_.get(), src, (int64_t) (bytes / ggml_type_size(src->type)), offset);
+    ggml_tensor * to = ggml_view_1d(views_.get(), dst, (int64_t) (bytes / ggml_type_size(dst->type)), 0);
+    if (ggml_backend_view_init(from) != GGML_STATUS_SUCCESS || ggml_backend_view_init(to) != GGML_STATUS_SUCCESS) {
+        throw std::runtime_error("cannot place the views of a KDA state copy");
     }
-    copy_on_device(s.packed, state_offset, state, state_bytes);
-    copy_on_device(s.windows, window_offset, conv, window_bytes);
+    ggml_backend_tensor_copy(from, to);
 }
 
 }  // namespace glm5next

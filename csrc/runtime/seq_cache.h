@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -100,6 +101,8 @@ private:
     // Per cache tensor in CacheRows order: the tensor and how many of its bytes a sequence of n_past rows uses.
     std::vector<std::pair<ggml_tensor *, size_t>> parts(uint32_t n_past) const;
     void rollback_kda(const KdaSnapshots & s, int64_t n_rows, int64_t n_keep);
+    // Copies `bytes` of `src` from byte `offset` into the start of `dst`, where they live (seq_cache.cpp).
+    void copy_bytes(ggml_tensor * src, size_t offset, ggml_tensor * dst, size_t bytes);
 
     const HParams & hp_;  // the model's, which outlives the cache
     std::vector<LayerCache> layers_;
@@ -111,6 +114,9 @@ private:
     uint32_t pending_rows_ = 0;
     std::vector<ggml_context *> contexts_;  // one per device
     std::vector<ggml_backend_buffer_t> buffers_;
+    // the two views copy_bytes copies through: metadata only, reset before each copy (no allocation per rollback)
+    std::unique_ptr<ggml_context, void (*)(ggml_context *)> views_{
+        ggml_init({2 * ggml_tensor_overhead(), nullptr, true}), ggml_free};
 };
 
 }  // namespace glm5next

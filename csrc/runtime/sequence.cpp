@@ -20,10 +20,7 @@ ggml_type cache_type_from_name(const std::string & name) {
 }
 
 static const SequenceParams & checked_params(const SequenceParams & params) {
-    if (std::find(std::begin(kCacheTypes), std::end(kCacheTypes), params.cache_type) == std::end(kCacheTypes)) {
-        throw std::invalid_argument(std::string("cache type '") + ggml_type_name(params.cache_type) +
-                                    "' is not one this runtime keeps; use f16, bf16, f32, q8_0 or q4_0");
-    }
+    cache_type_from_name(ggml_type_name(params.cache_type));  // throws, naming it, for a type it does not keep
     if (params.n_ctx == 0 || params.n_ctx > kMaxContext) {
         throw std::invalid_argument("n_ctx = " + std::to_string(params.n_ctx) + " is out of range [1, " +
                                     std::to_string(kMaxContext) + "]");

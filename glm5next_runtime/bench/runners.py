@@ -7,7 +7,7 @@ import time
 from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -74,8 +74,15 @@ class OursRunner:
         return n_gen, time.perf_counter() - t0, g.stats
 
 
-# ggml's type ids of the cache types (ggml.h; llama_cpp exports F32 and F16 but not BF16)
-LLAMA_CACHE_TYPES = {"f32": 0, "f16": 1, "bf16": 30, "q8_0": 8, "q4_0": 2}
+# ggml's type ids of the cache types (ggml.h; llama_cpp exports F32, F16 and the quantized ones but not BF16)
+GGML_TYPE_IDS = {"f32": 0, "f16": 1, "bf16": 30, "q8_0": 8, "q4_0": 2}
+
+
+def llama_cache_kwargs(cache_type: str) -> dict[str, Any]:
+    """llama_cpp.Llama's arguments for caches of `cache_type` (a name of cache_sizes.CACHE_TYPES): type_k and type_v,
+    and flash attention for the quantized ones (llama.cpp creates no context for them without it)."""
+    return dict(type_k=GGML_TYPE_IDS[cache_type], type_v=GGML_TYPE_IDS[cache_type],
+                flash_attn=cache_type.startswith("q"))
 
 
 class LlamaCppRunner:
@@ -89,7 +96,7 @@ class LlamaCppRunner:
             try:
                 self.llm = Llama(model_path=str(path), n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_batch,
                                  n_threads=n_threads, n_threads_batch=n_threads, verbose=False,
-                                 type_k=LLAMA_CACHE_TYPES[cache_type_k], type_v=LLAMA_CACHE_TYPES[cache_type_k])
+                                 **llama_cache_kwargs(cache_type_k))
             except Exception as e:
                 log = captured().strip()
                 raise BenchError(f"llama-cpp-python cannot load {path}: {e}"

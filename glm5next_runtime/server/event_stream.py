@@ -7,7 +7,6 @@ import logging
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
-import anyio.to_thread
 from fastapi.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
@@ -16,6 +15,7 @@ from ..scheduler import ScheduledGeneration
 from .errors import INTERNAL, APIError
 from .replies import Reply
 from .stopping import ShuttingDown
+from .threads import in_thread
 
 log = logging.getLogger("glm5next.server")
 
@@ -50,7 +50,7 @@ async def reply_events(stream: GenerationStream, reply: Reply, cut: threading.Ev
         for chunk in reply.start():
             yield reply.event(chunk)
         try:
-            while (piece := await anyio.to_thread.run_sync(next, stream, None)) is not None:
+            while (piece := await in_thread(next, stream, None)) is not None:
                 if cut.is_set():
                     yield reply.error_event(ShuttingDown(": the generation was stopped"))
                     return
