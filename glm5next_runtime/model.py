@@ -20,6 +20,7 @@ from .tokenizer import Tokenizer
 SUPPORTED_TOKENIZERS = {"gpt2": ("glm4",)}  # tokenizer.ggml.model -> accepted tokenizer.ggml.pre
 SPEC_TYPES = ("draft-mtp", "none")
 INDEX_SHARE = {"auto": -1, "off": 0, "on": 1}  # spec_index_share -> _core.Generator's index_share
+SPEC_SAMPLING = ("match", "rejection")  # spec_sampling: how drafts are kept when sampling (_core.Generator)
 DRAFT_N_MAX = 3  # the default draft_n_max: --spec-draft-n-max's default and glm5next-bench's `auto`
 
 
@@ -90,9 +91,15 @@ class Model:
             probability below which drafting stops (docs/runtime.md, draft-MTP round).
         draft_adaptive: each round drafts as many as pay on this machine and file, at most draft_n_max, from the
             acceptance and timings the generation measures (none when drafting does not pay; _core.DraftLengthPolicy).
-            Greedy output is the same either way. Sampled output depends on the draft lengths, so a generation that
-            samples with a fixed seed drafts draft_n_max every round (its output reproducible, not timing-dependent)
-            unless generator(adaptive=True) asks otherwise; False: draft_n_max every round always.
+            Greedy output, and sampled output with spec_sampling "match", is the same either way. With "rejection",
+            sampled output depends on the draft lengths, so a generation that samples with a fixed seed drafts
+            draft_n_max every round (its output reproducible, not timing-dependent) unless generator(adaptive=True)
+            asks otherwise; False: draft_n_max every round always.
+        spec_sampling: how drafts are kept when the sampler draws (temperature > 0; _core.Generator's sampled_accept,
+            docs/runtime.md, draft-MTP round): "match" (llama.cpp's rule: the drafts are the draft head's argmax,
+            kept while equal to the token the target draws as plain decoding would, so a seed gives plain decoding's
+            tokens) or "rejection" (speculative sampling: the same distribution, more drafts kept at high
+            temperature, other tokens than plain decoding).
         spec_index_share: "auto" (the file's index_share_for_mtp_iteration), "on" or "off".
         spec_draft_type: "auto" (the draft layer's weights as stored), "q8_0" or "q4_0" (requantized at load).
         draft_model: a separate draft file (converted with --mtp-only) whose NextN layer drafts for this trunk.
@@ -120,7 +127,7 @@ class Model:
                  override_kv: Sequence[str] = (), n_gpu_layers: int = 0, cpu_moe: bool = False, n_cpu_moe: int = 0,
                  override_tensor: Sequence[str] = (), spec_type: str | None = None, draft_n_max: int = DRAFT_N_MAX,
                  draft_n_min: int = 0, draft_p_min: float = 0.0, draft_adaptive: bool = True,
-                 spec_index_share: str = "auto",
+                 spec_sampling: str = "match", spec_index_share: str = "auto",
                  spec_draft_type: str = "auto", draft_model: str | os.PathLike | None = None,
                  rpc: Sequence[str] = (), devices: Sequence[str] | None = None, split_mode: str = "layer",
                  tensor_split: Sequence[float] | None = None, main_gpu: int = 0, draft_device: str | None = None,
@@ -166,8 +173,11 @@ class Model:
         self._last: dict | None = None
         if spec_index_share not in INDEX_SHARE:
             raise ValueError(f"spec_index_share {spec_index_share!r}: expected auto, on or off")
+        if spec_sampling not in SPEC_SAMPLING:
+            raise ValueError(f"spec_sampling {spec_sampling!r}: expected one of {', '.join(SPEC_SAMPLING)}")
         self.spec = dict(n_max=draft_n_max if self.spec_type == "draft-mtp" else 0, n_min=draft_n_min,
-                         p_min=draft_p_min, index_share=INDEX_SHARE[spec_index_share], adaptive=draft_adaptive)
+                         p_min=draft_p_min, index_share=INDEX_SHARE[spec_index_share], adaptive=draft_adaptive,
+                         sampled_accept=spec_sampling)
         self._draft_length_policies: dict[tuple[int, int], _core.DraftLengthPolicy] = {}  # _draft_length_policy
 
     def _new_engine(self) -> _core.Engine:
@@ -331,7 +341,7 @@ class Model:
                  special: bool = False, logprobs: int | None = None, grammar: str | Grammar | None = None,
                  json_schema: Mapping[str, Any] | str | bool | None = None,
                  logit_bias: Mapping[int, float] | Sequence[tuple[int, float]] | None = None,
-                 ) -> GenerationResult | GenerationStream:
+                 post_sampling_probs: bool = False) -> GenerationResult | GenerationStream:
         """Continue `prompt`: evaluate the prompt, then generate round by round (one token per round, or with
         draft-MTP the accepted drafts and the target's token).
 
@@ -350,6 +360,8 @@ class Model:
         logprobs: None: none; N >= 0: the result's `logprobs` (and the stream's, as they come) hold, per generated
             token, its log-probability under the target model and the N most probable tokens' (a TokenLogprob:
             natural log, before the sampler's filters and temperature; the same with and without speculation).
+        post_sampling_probs: those log-probabilities are the sampler's instead, its filters and temperature applied
+            (llama-server's post_sampling_probs; the N most probable of the tokens that survive the filters).
         grammar, json_schema: structured output (glm5next_runtime.grammar, llguidance): every generated token is
             one the grammar allows, with draft-MTP too (drafted under the grammar's masks; greedy output is the
             same with and without speculation). grammar: llama.cpp's GBNF (root rule `root`) or llguidance's
@@ -368,7 +380,7 @@ class Model:
         generates nothing) or an id outside the vocab.
         """
         job = self.generation(prompt, max_tokens, temperature, top_k, top_p, min_p, seed, stop, spec_n_max,
-                              cache_prompt, special, logprobs, grammar, json_schema, logit_bias)
+                              cache_prompt, special, logprobs, grammar, json_schema, logit_bias, post_sampling_probs)
         pieces = GenerationStream(job.run(), job.decoding.tokens, job.decoding.logprobs)
         return pieces if stream else pieces.finish()
 
@@ -377,7 +389,8 @@ class Model:
                    stop: str | Sequence[str] | None = None, spec_n_max: int | None = None, cache_prompt: bool = True,
                    special: bool = False, logprobs: int | None = None, grammar: str | Grammar | None = None,
                    json_schema: Mapping[str, Any] | str | bool | None = None,
-                   logit_bias: Mapping[int, float] | Sequence[tuple[int, float]] | None = None) -> Generation:
+                   logit_bias: Mapping[int, float] | Sequence[tuple[int, float]] | None = None,
+                   post_sampling_probs: bool = False) -> Generation:
         """What generate() runs, checked and ready but not run (the arguments and errors are generate's): run it
         with Generation.run, or hand it to a Scheduler (scheduler.py) that runs the generations of several sequences
         of this model's engine at once."""
@@ -392,7 +405,8 @@ class Model:
             raise ValueError(f"logprobs = {logprobs}: must be >= 0 (None: no log-probabilities)")
         constraint = constraint_for(self.tokenizer, end_of_generation_ids(self.tokenizer), grammar, json_schema)
         generator = self.generator(n_max=spec_n_max, temperature=temperature, top_k=top_k, top_p=top_p,
-                                   min_p=min_p, seed=seed, n_probs=logprobs, logit_bias=logit_bias)
+                                   min_p=min_p, seed=seed, n_probs=logprobs, logit_bias=logit_bias,
+                                   post_sampling_probs=post_sampling_probs)
         decoding = Decoding(self.tokenizer, self.n_ctx, len(ids), max_tokens, stops, special, [],
                             None if logprobs is None else [])
         return Generation(self._engine, generator, ids, cache_prompt, decoding, constraint)
@@ -401,7 +415,8 @@ class Model:
                   min_p: float = 0.05, seed: int | None = None, index_share: str | None = None,
                   n_min: int | None = None, p_min: float | None = None, adaptive: bool | None = None,
                   synthetic_accepted: float = -1.0, n_probs: int | None = None,
-                  logit_bias: Mapping[int, float] | Sequence[tuple[int, float]] | None = None) -> _core.Generator:
+                  logit_bias: Mapping[int, float] | Sequence[tuple[int, float]] | None = None,
+                  post_sampling_probs: bool = False) -> _core.Generator:
         """A native generation loop on this model's sequence (what Model.generate drives): its `start(prompt ids,
         cache_prompt=False)` evaluates the prompt (resetting the sequence, or resuming from a shared prefix) and
         returns the first token; each `step()` runs one round and
@@ -415,12 +430,15 @@ class Model:
         n_min, p_min: the shortest draft worth verifying and the draft probability below which drafting stops;
             None keeps the model's (draft_n_min, draft_p_min).
         adaptive: draft lengths chosen round by round (at most n_max) or n_max every round (see draft_adaptive);
-            None keeps the model's, except that sampling with a given seed drafts n_max every round (reproducible).
+            None keeps the model's, except that sampling with a given seed under spec_sampling "rejection" drafts
+            n_max every round (reproducible).
         synthetic_accepted: benchmarks only, a fixed mean number of accepted drafts per round (< 0: real
             acceptance).
         n_probs: report the log-probability of every emitted token and of the n_probs most probable tokens at
             its position (`probs` after each start and step); None: none.
         logit_bias: {token id: bias} or [(token id, bias)] added to every row's logits (-inf bans); None: none.
+        post_sampling_probs: n_probs reports the distribution the sampler drew from (its filters and temperature
+            applied, llama-server's post_sampling_probs), not the model's.
         Use one generator at a time: each shares the model's sequence. Raises ValueError for an unknown
         index_share, drafting (n_max > 0) with spec_type none (no NextN caches, or no NextN layer), n_max >=
         n_batch, invalid sampler settings, or a logit_bias token outside the vocab or a NaN or +inf bias.
@@ -435,7 +453,7 @@ class Model:
             spec["n_max"] = n_max
         if index_share is not None:
             spec["index_share"] = INDEX_SHARE[index_share]
-        if adaptive is None and seed is not None and temperature > 0:
+        if adaptive is None and seed is not None and temperature > 0 and spec["sampled_accept"] == "rejection":
             adaptive = False  # a seeded sample is reproduced only with the same draft lengths, not timing-chosen ones
         for key, value in (("n_min", n_min), ("p_min", p_min), ("adaptive", adaptive)):
             if value is not None:
@@ -445,7 +463,8 @@ class Model:
         bias = list(logit_bias.items()) if isinstance(logit_bias, Mapping) else list(logit_bias or ())
         return _core.Generator(self._seq, **spec, synthetic_accepted=synthetic_accepted,
                                temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed,
-                               n_probs=-1 if n_probs is None else n_probs, logit_bias=bias,
+                               n_probs=-1 if n_probs is None else n_probs, post_sampling_probs=post_sampling_probs,
+                               logit_bias=bias,
                                policy=self._draft_length_policy(spec) if synthetic_accepted < 0 else None,
                                end_ids=end_of_generation_ids(self.tokenizer))
 

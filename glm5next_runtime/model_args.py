@@ -9,7 +9,7 @@ from typing import Any
 
 from . import _core
 from .cache_sizes import CACHE_TYPES
-from .model import DRAFT_N_MAX, INDEX_SHARE, SPEC_TYPES, Model
+from .model import DRAFT_N_MAX, INDEX_SHARE, SPEC_SAMPLING, SPEC_TYPES, Model
 from .placement import SPLIT_MODES, describe_placement
 
 DRAFT_TYPES = ("auto", "q8_0", "q4_0")
@@ -98,8 +98,15 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--spec-draft-adaptive", choices=("on", "off"), default="on",
                    help="on: each round drafts as many tokens as pay on this machine and file (at most "
                         "--spec-draft-n-max; none when drafting does not), from measured acceptance and timings; "
-                        "greedy output is unchanged; a request that samples with a fixed seed drafts --spec-draft-n-max "
-                        "every round (reproducible output). off: --spec-draft-n-max every round always (on)")
+                        "greedy output is unchanged, and so is sampled output with --spec-sampling match; under "
+                        "rejection a request that samples with a fixed seed drafts --spec-draft-n-max every round "
+                        "(reproducible output). off: --spec-draft-n-max every round always (on)")
+    p.add_argument("--spec-sampling", choices=SPEC_SAMPLING, default="match",
+                   help="how drafts are kept when sampling (temperature > 0): match, llama.cpp's rule (the draft "
+                        "head's argmax, kept while it equals the token the target draws: a seed gives the tokens of "
+                        "decoding without drafts), or rejection, speculative sampling (kept with probability "
+                        "min(1, p/q): the same distribution, more drafts kept at high temperature, other tokens) "
+                        "(match)")
     p.add_argument("--spec-draft-type", choices=DRAFT_TYPES, default="auto",
                    help="weight type of the draft layer: auto (as stored) or requantized at load (q8_0, q4_0)")
     p.add_argument("--spec-index-share", choices=list(INDEX_SHARE), default="auto",
@@ -130,7 +137,7 @@ def model_kwargs(args: argparse.Namespace) -> dict[str, Any]:
                 n_cpu_moe=args.n_cpu_moe, override_tensor=args.override_tensor, spec_type=args.spec_type,
                 draft_n_max=args.spec_draft_n_max, draft_n_min=args.spec_draft_n_min,
                 draft_p_min=args.spec_draft_p_min, draft_adaptive=args.spec_draft_adaptive == "on",
-                spec_index_share=args.spec_index_share,
+                spec_sampling=args.spec_sampling, spec_index_share=args.spec_index_share,
                 spec_draft_type=args.spec_draft_type, draft_model=args.model_draft, rpc=split_list(args.rpc or ""),
                 devices=split_list(args.device) if args.device else None, split_mode=args.split_mode,
                 tensor_split=parse_tensor_split(args.tensor_split), main_gpu=args.main_gpu,
@@ -144,15 +151,15 @@ def request_seed(args: argparse.Namespace) -> int | None:
 
 
 def describe_model(model: Model, args: argparse.Namespace) -> list[str]:
-    """Load-log lines: the placement plan summary, the memory per device (weights, caches, compute buffers; as
-    llama.cpp's load report), what the prompt cache's checkpoints may take, and which speculation runs (and
-    why)."""
+    """Load-log lines: the placement plan summary, the ops pinned to the CPU by a device's kernel limits, the memory
+    per device (weights, caches, compute buffers; as llama.cpp's load report), what the prompt cache's checkpoints
+    may take, and which speculation runs (and why)."""
     if model.spec_type == "draft-mtp":
         source = f"the NextN layer of {args.model_draft}" if args.model_draft else "the file's NextN layer"
         spec = (f"draft-mtp with {source} (n_max {args.spec_draft_n_max}"
                 f"{', adaptive' if args.spec_draft_adaptive == 'on' else ''}, n_min {args.spec_draft_n_min}, "
                 f"p_min {args.spec_draft_p_min}, index sharing {args.spec_index_share}, "
-                f"draft type {args.spec_draft_type})")
+                f"sampled drafts kept by {args.spec_sampling}, draft type {args.spec_draft_type})")
     else:
         spec = "none (--spec-type none)" if args.spec_type == "none" else "none (the file has no NextN layer)"
     memory = [f"{m['device']}: weights {m['weights'] / 2**20:.1f} MiB, caches {m['caches'] / 2**20:.1f} MiB, "
@@ -170,6 +177,7 @@ def describe_model(model: Model, args: argparse.Namespace) -> list[str]:
              f"each (host memory): a chat turn adds up to 3 (its last user message, its generation prompt, its "
              f"end) and one per {args.checkpoint_every_n_tokens} prompt tokens; at most "
              f"{ck['max_count'] * ck['bytes_each'] / 2**20:.1f} MiB per slot", f"speculation: {spec}"]
+    lines[1:1] = [f"kernel limit: {line}" for line in model.engine.cpu_pinned_ops]
     if args.n_gpu_layers > 0 and not model.devices:
         lines.insert(1, f"warning: -ngl {args.n_gpu_layers} but no offload device (no GPU in this ggml build, no "
                         "--rpc): everything runs on the CPU")

@@ -27,7 +27,8 @@ How it adapts their suite, without editing their files:
   the bundled demo model converted to /tmp/llama-suite/demo.gguf. A flag the target server does not list in its
   --help is dropped and logged (so a missing flag costs the tests that need its effect, not every test), as are
   flags with no meaning here (NO_MEANING). No --spec-type means llama-server's default, no speculation:
-  `--spec-type none`; any draft type becomes draft-mtp (the file's NextN layer is the draft).
+  `--spec-type none`; any draft type becomes draft-mtp (the file's NextN layer is the draft), with
+  `--spec-draft-adaptive off`: llama-server drafts n_max every round, so their tests count drafts of fixed lengths.
 - `--source TREE` serves another checkout's Python (e.g. a `git worktree` of an older commit) with the installed
   native extension: the editable install's import hook is turned off for that server (SKBUILD_EDITABLE_SKIP) and
   TREE goes first on PYTHONPATH; TREE/glm5next_runtime needs the extension there (a symlink to the installed
@@ -82,11 +83,9 @@ FILES = {
     "test_router.py": "N/A router mode: one model per process",
     "test_stream.py": "N/A router mode: conversation streams of the router (/v1/stream)",
     "test_tool_call.py": "N/A tool-call templates of other models (models/templates/*.jinja, their HF models)",
-    "test_template.py": TEMPLATE,
     "test_tools_builtin.py": "N/A web UI's server-side tools (--tools)",
     "test_mcp_servers.py": "N/A web UI's MCP servers (--mcp-servers-*)",
     "test_proxy.py": "N/A web UI's CORS proxy (--ui-mcp-proxy)",
-    "test_kv_keep_only_active.py": "N/A llama-server's internal log tags (__TEST_TAG_*)",
 }
 # (file, test function, {param: value} that must all match, or None for every case) -> reason
 TESTS: list[tuple[str, str, dict | None, str]] = [
@@ -125,12 +124,10 @@ TESTS: list[tuple[str, str, dict | None, str]] = [
     ("test_slot_save.py", "test_slot_save_restore_with_image_across_restart", None, "N/A multimodal"),
     ("test_slot_save.py", "test_slot_save_restore_image_payload_larger_than_context", None, "N/A multimodal"),
     ("test_slot_save.py", "test_slot_restore_media_file_without_mmproj", None, "N/A multimodal"),
-    ("test_speculative.py", "test_with_and_without_draft", None,
-     "N/A synthetic drafts (--spec-synth-rates, a llama.cpp test feature)"),
-    ("test_speculative.py", "test_synth_is_deterministic", None, "N/A synthetic drafts"),
-    ("test_speculative.py", "test_synth_ignores_target_tokens", None, "N/A synthetic drafts"),
     ("test_speculative.py", "test_with_ctx_shift", None, "N/A context shift"),
     ("test_tokenize.py", "test_tokenize_with_bos", None, TOKENIZER + " (BOS id 1)"),
+    ("test_template.py", "test_reasoning", None, TEMPLATE),
+    ("test_template.py", "test_date_inside_prompt", None, TEMPLATE),
     ("test_compat_anthropic.py", "test_anthropic_vision_base64_with_multimodal_model", None, "N/A multimodal"),
     ("test_compat_anthropic.py", "test_anthropic_tool_result", None,
      "N/A model's template: expects a text block first; this model's template (--jinja) thinks first"),
@@ -197,6 +194,43 @@ ADAPTED: list[tuple[str, str, dict | None, str, list[tuple[str, str]]]] = [
     ("test_slot_save.py", "test_slot_erase", None,
      "their model's text and token count (21 prompt tokens) -> some text; the whole prompt evaluated",
      [THEIR_TEXT, PROCESSED_ALL]),
+    ("test_speculative.py", "test_with_and_without_draft", None,
+     "their third server's synthetic drafter (--spec-synth-rates 0: every draft rejected, a llama.cpp test feature) "
+     "-> the file's own NextN drafts again: drafting, and the seeded tokens of the server without drafts",
+     [("server.spec_synth_rates = [0.0] * server.spec_draft_n_max", "pass  # no synthetic drafts here"),
+      ('assert res.body["timings"]["draft_n_accepted"] == 0',
+       'assert 0 <= res.body["timings"]["draft_n_accepted"] <= res.body["timings"]["draft_n"]')]),
+    ("test_speculative.py", "test_synth_is_deterministic", None,
+     "synthetic acceptance rates (a llama.cpp test feature) -> the file's own drafts: the same seeded request "
+     "twice drafts and keeps the same",
+     [("server.spec_synth_rates = [0.75 ** (i + 1) for i in range(server.spec_draft_n_max)]",
+       "pass  # no synthetic drafts here")]),
+    ("test_speculative.py", "test_synth_ignores_target_tokens", None,
+     "synthetic drafts kept whatever the target says (a llama.cpp test feature) -> the file's own: drafting, under "
+     "a grammar, and to the token limit with ignore_eos",
+     [("server.spec_synth_rates = [1.0] * server.spec_draft_n_max", "pass  # no synthetic drafts here"),
+      ('assert res.body["timings"]["draft_n_accepted"] == res.body["timings"]["draft_n"]',
+       'assert 0 <= res.body["timings"]["draft_n_accepted"] <= res.body["timings"]["draft_n"]')]),
+    ("test_kv_keep_only_active.py", "test_clear_and_restore", None,
+     "llama-server's log tags (__TEST_TAG_*, 'updating prompt cache') -> what they stand for: the long prompt sent "
+     "again after another slot ran is served from a cache (cache_n > 0, fewer tokens evaluated)",
+     [('assert "__TEST_TAG_CACHE_IDLE_SLOTS_ENABLED__" in log.drain()', "log.drain()"),
+      ('assert "__TEST_TAG_CACHE_IDLE_SLOT__" in log.drain()', "log.drain()"),
+      ('assert "updating prompt cache" in log.drain()', "log.drain()")]),
+    ("test_template.py", "test_add_generation_prompt", None,
+     "Llama 3.3's template -> the model file's own, whose generation prompt is <|assistant|>",
+     [("server.chat_template_file = f'../../../models/templates/{template_name}.jinja'",
+       "server.chat_template_file = None; expected_generation_prompt = '<|assistant|>'")]),
+    ("test_compat_anthropic.py", "test_anthropic_thinking_with_reasoning_model", None,
+     "a 7B reasoning model (slow: downloaded) -> the bundled model with the file's template, whose reasoning may "
+     "not end within max_tokens: the thinking block first with its signature (and signature_delta), and a text "
+     "block, where there is one, after it",
+     [('assert len(content) >= 2, "Should have at least thinking and text blocks"',
+       'assert content and content[0]["type"] == "thinking"'),
+      ('assert len(text_blocks) > 0, "Should have text content block"',
+       'assert all(b["type"] == "text" for b in content[1:])'),
+      ('assert len(text_starts) > 0, "Should have text content_block_start event"',
+       'text_starts = text_starts or [{"index": 1}]  # no text block: nothing to place')]),
 ]
 
 
@@ -289,6 +323,8 @@ def translate(argv: list[str], model: str, known: set[str], builtin: set[str]) -
             continue
         out += [flag] if value is None else [flag, value]
     out += ["--spec-type", spec_type or "none"]
+    if spec_type == "draft-mtp" and "--spec-draft-adaptive" in known:  # llama-server drafts n_max every round
+        out += ["--spec-draft-adaptive", "off"]
     if "--threads" not in argv and "-t" in known:
         out += ["-t", os.environ.get(ENV_PREFIX + "THREADS", "1")]
     return out, notes
@@ -373,11 +409,11 @@ def pytest_collection_modifyitems(config, items):
         params = getattr(getattr(item, "callspec", None), "params", {})
         file, name = Path(str(item.fspath)).name, item.originalname or item.name
         reason = not_applicable(file, name, params)
-        if item.get_closest_marker("slow"):  # before N/A: their default run leaves these out too
-            item.add_marker(pytest.mark.skip(reason=SLOW))
-        elif adapted := adaptation(file, name, params):  # before N/A: a file's N/A may have adapted tests
+        if adapted := adaptation(file, name, params):  # first: an adaptation may run a slow test on our model
             item.obj = adapted_function(item.obj, adapted[1])
             item.user_properties.append(("adapted", adapted[0]))
+        elif item.get_closest_marker("slow"):  # before N/A: their default run leaves these out too
+            item.add_marker(pytest.mark.skip(reason=SLOW))
         elif reason:
             item.add_marker(pytest.mark.skip(reason=reason))
 

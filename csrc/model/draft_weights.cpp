@@ -80,6 +80,8 @@ DraftWeights::DraftWeights(const Model & model, ggml_type type) {
     if (buf_ == nullptr) {
         throw std::runtime_error("cannot allocate the requantized draft layer");
     }
+    // weights, as the file's (model.cpp): ggml's scheduler runs an op on the device of a weights buffer it reads
+    ggml_backend_buffer_set_usage(buf_, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
     std::vector<uint8_t> raw, quantized;
     for (const auto & [src, dst] : todo) {
         const int64_t n_per_row = src->ne[0], n_rows = ggml_nrows(src);

@@ -192,6 +192,11 @@ their rows run in its graphs, one sequence's alone or several sequences' togethe
             "CPU last: llama.cpp's load report. caches: every sequence's on the engine; compute: the schedulers' "
             "buffers (sized at load for a full ubatch at the end of the first sequence's context, grown by the graphs "
             "run since), once for all sequences.")
+        .def_property_readonly("cpu_pinned_ops", &Engine::cpu_pinned_ops,
+                               "list[str]: the ops that run on the CPU although their layer is placed on a device, "
+                               "because that device's kernel cannot take this model's shapes (one line each, for the "
+                               "load report; runtime/kernel_limits.h). For an RPC device the backend behind it is "
+                               "$GLM5NEXT_RPC_BACKEND, else unknown (then nothing is pinned).")
         .def_property_readonly("n_splits", &Engine::n_splits,
                                "Graph splits of the last graph run (1: every op ran on one device).")
         .def_property_readonly("n_graphs_built", &Engine::n_graphs_built,

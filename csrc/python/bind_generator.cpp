@@ -75,31 +75,48 @@ py::dict stats_dict(const glm5next::SpecStats & s) {
 void bind_generator(py::module_ & mod) {
     py::class_<Generator>(mod, "Generator", R"doc(Generation on a Sequence, optionally with draft-MTP
 speculation (docs/runtime.md, draft-MTP round). Greedy output is the same with and without speculation; sampled
-output keeps the target distribution (speculative sampling).)doc")
+output keeps the target distribution (by sampled_accept: llama.cpp's match, which also gives plain decoding's tokens
+for a seed, or speculative sampling's rejection).)doc")
         .def(py::init([](Sequence & sequence, int n_max, int n_min, float p_min, int index_share, float synthetic_accepted,
-                         bool adaptive, float temperature, int top_k, float top_p, float min_p, uint64_t seed,
-                         int n_probs, const std::vector<std::pair<int32_t, float>> & logit_bias,
+                         bool adaptive, const std::string & sampled_accept, float temperature, int top_k, float top_p,
+                         float min_p, uint64_t seed,
+                         int n_probs, bool post_sampling_probs,
+                         const std::vector<std::pair<int32_t, float>> & logit_bias,
                          std::shared_ptr<DraftLengthPolicy> policy, const std::vector<int32_t> & end_ids) {
+                 if (sampled_accept != "match" && sampled_accept != "rejection") {
+                     throw std::invalid_argument("sampled_accept '" + sampled_accept + "': expected match or rejection");
+                 }
+                 const auto accept = sampled_accept == "match" ? glm5next::SampledAccept::match
+                                                               : glm5next::SampledAccept::rejection;
                  std::vector<glm5next::LogitBias> bias;
                  for (const auto & [token, b] : logit_bias) bias.push_back({token, b});
-                 return new Generator(sequence, {n_max, n_min, p_min, index_share, synthetic_accepted, adaptive},
-                                      {temperature, top_k, top_p, min_p, seed}, n_probs, std::move(bias),
+                 return new Generator(sequence,
+                                      {n_max, n_min, p_min, index_share, synthetic_accepted, adaptive, accept},
+                                      {temperature, top_k, top_p, min_p, seed}, n_probs, post_sampling_probs,
+                                      std::move(bias),
                                       std::move(policy), end_ids);
              }),
              py::arg("sequence"), py::arg("n_max") = 3, py::arg("n_min") = 0, py::arg("p_min") = 0.0f,
              py::arg("index_share") = -1, py::arg("synthetic_accepted") = -1.0f, py::arg("adaptive") = true,
+             py::arg("sampled_accept") = "match",
              py::arg("temperature") = 0.8f, py::arg("top_k") = 40, py::arg("top_p") = 0.95f, py::arg("min_p") = 0.05f,
-             py::arg("seed") = 0, py::arg("n_probs") = -1,
+             py::arg("seed") = 0, py::arg("n_probs") = -1, py::arg("post_sampling_probs") = false,
              py::arg("logit_bias") = std::vector<std::pair<int32_t, float>>(), py::arg("policy") = nullptr,
              py::arg("end_ids") = std::vector<int32_t>(), py::keep_alive<1, 2>(),
              "n_max: drafts per round (the most, when adaptive; 0 = no speculation); n_min: shorter drafts are not "
              "verified; p_min: drafting stops below this top probability; index_share: -1 file, 0 off, 1 on; "
              "synthetic_accepted: benchmarks only, a fixed mean number of accepted drafts per round (< 0 = off); "
              "adaptive: each round drafts what DraftLengthPolicy chooses from measured acceptance and timings (0 when "
-             "drafting does not pay; greedy output is the same, sampled output with a fixed seed then depends on "
-             "timing), False: n_max every round. Raises ValueError for speculation "
-             "without a NextN layer, n_max >= n_batch, or bad sampler settings. n_probs >= 0: "
-             "report log-probabilities (probs), with the n_probs most probable tokens'; < 0: none. logit_bias: "
+             "drafting does not pay; greedy output, and sampled output under match, is the same; under rejection a "
+             "seeded sample then depends on timing), False: n_max every round; sampled_accept (temperature > 0): "
+             "\"match\", drafts are the draft head's argmax, kept while they equal the token the target draws as "
+             "plain decoding draws it (llama.cpp's rule: a seed gives plain decoding's tokens), or \"rejection\", "
+             "speculative sampling (d ~ q kept with probability min(1, p/q), else a residual token: more drafts kept, "
+             "the same distribution, other tokens). Raises ValueError for speculation without a NextN layer, "
+             "n_max >= n_batch, an unknown sampled_accept, or bad sampler settings. n_probs >= 0: "
+             "report log-probabilities (probs), with the n_probs most probable tokens'; < 0: none. post_sampling_probs: "
+             "those of the distribution the sampler drew from (filters and temperature applied), not the model's. "
+             "logit_bias: "
              "[(token id, bias)] added to the logits of every row (a token listed twice gets both; -inf bans it); "
              "ValueError for an id outside the vocabulary, a NaN or +inf bias. policy: the DraftLengthPolicy an adaptive "
              "generator learns in (shared with earlier generators, so that acceptance and timings carry over "
@@ -184,8 +201,9 @@ output keeps the target distribution (speculative sampling).)doc")
             "With n_probs >= 0: per token the last start(), step() or verify() returned, (token, logprob, [(id, "
             "logprob) of "
             "the n_probs most probable tokens, most probable first]): natural-log softmax of the raw logits of the "
-            "target row that produced it (before the sampler's filters and temperature; csrc/runtime/token_probs.h). "
-            "Empty with n_probs < 0.")
+            "target row that produced it (before the sampler's filters and temperature; csrc/runtime/token_probs.h), "
+            "or with post_sampling_probs the log of the distribution the sampler drew it from (its top: the n_probs "
+            "most probable of the tokens that survived its filters). Empty with n_probs < 0.")
         .def_property_readonly("policy", &Generator::policy,
                                "The DraftLengthPolicy this generator reports to and asks (None unless adaptive with "
                                "n_max > 0).")

@@ -12,6 +12,7 @@
 #include "graph/select_ops.h"
 #include "graph/trunk.h"
 #include "runtime/graph_threads.h"
+#include "runtime/kernel_limits.h"
 
 namespace glm5next {
 
@@ -59,8 +60,22 @@ Engine::Engine(const Model & model, const EngineParams & params, const Model * d
     cpu_ = ggml_backend_cpu_init();
     ggml_backend_cpu_set_n_threads(cpu_, params_.n_threads);
     backends_.push_back(cpu_);
-    graphs_ = std::make_unique<GraphSlots>(backends_, cpu_, graph_size(model.hp));
+    pin_unsupported_kernels(devices);
+    graphs_ = std::make_unique<GraphSlots>(backends_, cpu_, graph_size(model.hp), pins_);
     last_ = &graphs_->of(GraphShape{GraphShape::kTrunk, {PartShape{0, params_.n_batch}}});
+}
+
+void Engine::pin_unsupported_kernels(const std::vector<ggml_backend_dev_t> & devices) {
+    const int64_t head = model_.hp.kda_head_dim;
+    if (head == 0) return;  // no KDA layer
+    for (ggml_backend_dev_t dev : devices) {
+        const std::string backend = kernel_backend(dev);
+        if (runs_gated_delta_net(backend, head)) continue;
+        pins_.no_gated_delta_net.push_back(dev);
+        cpu_pinned_ops_.push_back(std::string(ggml_backend_dev_name(dev)) + ": KDA's gated_delta_net (head size " +
+                                  std::to_string(head) + ") runs on the CPU: " + backend +
+                                  "'s kernel takes head sizes 16, 32, 64 and 128 only");
+    }
 }
 
 Engine::~Engine() {

@@ -115,6 +115,9 @@ public:
     // Per device that holds weights, caches or compute buffers: the bytes of each (CPU last).
     std::vector<DeviceMemory> memory() const;
     const DraftWeights * draft_weights() const { return draft_weights_.get(); }  // null without a draft head
+    // The ops that run on the CPU although their layer is placed on a device, because that device's kernel cannot
+    // take this model's shapes (runtime/kernel_limits.h), one line each for the load report; empty when none.
+    const std::vector<std::string> & cpu_pinned_ops() const { return cpu_pinned_ops_; }
 
     // What sequences do on the engine: one at a time (a graph run, a cache read or write; ggml's device
     // connections take one caller), from any thread. Recursive: a sequence's evaluation runs graphs.
@@ -129,12 +132,17 @@ public:
     void release_snapshots(const GraphSlot * slot);
 
 private:
+    // Fills pins_ and cpu_pinned_ops_ for the devices the scheduler runs on (runtime/kernel_limits.h).
+    void pin_unsupported_kernels(const std::vector<ggml_backend_dev_t> & devices);
+
     const Model & model_;
     const Model & draft_model_;  // the file the draft head's weights come from (model_ unless -md)
     EngineParams params_;
     std::unique_ptr<DraftWeights> draft_weights_;
     std::vector<ggml_backend_t> backends_;  // the placed devices', then the CPU's
     ggml_backend_t cpu_ = nullptr;
+    CpuPins pins_;  // before graphs_: its slots keep a reference
+    std::vector<std::string> cpu_pinned_ops_;
     // Schedulers per shape class, each keeping its last graph for the next ubatch of its shape
     // (runtime/graph_slot.h).
     std::unique_ptr<GraphSlots> graphs_;

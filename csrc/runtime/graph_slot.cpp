@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "model/model.h"
 #include "runtime/traffic.h"
 
 namespace glm5next {
@@ -22,8 +23,9 @@ GraphShape GraphShape::slot_class() const {
     return out;
 }
 
-GraphSlot::GraphSlot(std::vector<ggml_backend_t> & backends, ggml_backend_t cpu, size_t n_nodes, BufferEpoch & epoch)
-    : epoch_(epoch), backends_(backends), cpu_(cpu), n_nodes_(n_nodes), several_(backends.size() > 1),
+GraphSlot::GraphSlot(std::vector<ggml_backend_t> & backends, ggml_backend_t cpu, size_t n_nodes, BufferEpoch & epoch,
+                     const CpuPins & pins)
+    : epoch_(epoch), pins_(pins), backends_(backends), cpu_(cpu), n_nodes_(n_nodes), several_(backends.size() > 1),
       meta_size_(ggml_tensor_overhead() * n_nodes * 2 + ggml_graph_overhead_custom(n_nodes, false)),
       meta_(new uint8_t[meta_size_]) {
     // op_offload off: a weight on the CPU keeps its op on the CPU (placement decides, not batch size).
@@ -75,18 +77,30 @@ DraftGraph & GraphSlot::new_draft(ggml_context ** ctx) {
     return *draft_;
 }
 
-// This project's custom ops (GGML_OP_CUSTOM: graph/select_ops.h, graph/mhc_ops.h) have CPU kernels only. ggml's
-// RPC device claims to support every op, so supports_op cannot keep them off a device: they are pinned here.
-void GraphSlot::pin_custom_ops(ggml_cgraph * gf) {
+// The device whose memory holds t's data (through views: a cache's), or null when it has none yet.
+static ggml_backend_dev_t data_device(const ggml_tensor * t) {
+    while (t->view_src != nullptr) t = t->view_src;
+    return t->buffer != nullptr ? device_of(t->buffer) : nullptr;
+}
+
+// What runs on the CPU whatever the placement: this project's custom ops (GGML_OP_CUSTOM: graph/select_ops.h,
+// graph/mhc_ops.h), which have CPU kernels only, and KDA's gated_delta_net where the device holding its state lacks
+// the kernel for the model's head size (CpuPins). ggml's RPC device claims to support every op and ggml-cuda every
+// gated_delta_net, so supports_op cannot keep them off a device: they are pinned here.
+void GraphSlot::pin_cpu_ops(ggml_cgraph * gf) {
     if (!several_) return;
+    const std::vector<ggml_backend_dev_t> & no_gdn = pins_.no_gated_delta_net;
     for (int i = 0; i < ggml_graph_n_nodes(gf); ++i) {
         ggml_tensor * node = ggml_graph_node(gf, i);
-        if (node->op == GGML_OP_CUSTOM) ggml_backend_sched_set_tensor_backend(sched_, node, cpu_);
+        const bool pinned = node->op == GGML_OP_CUSTOM ||
+                            (node->op == GGML_OP_GATED_DELTA_NET && !no_gdn.empty() &&
+                             std::find(no_gdn.begin(), no_gdn.end(), data_device(node->src[5])) != no_gdn.end());
+        if (pinned) ggml_backend_sched_set_tensor_backend(sched_, node, cpu_);
     }
 }
 
 void GraphSlot::reserve(ggml_cgraph * gf, const std::string & what) {
-    pin_custom_ops(gf);
+    pin_cpu_ops(gf);
     const bool ok = ggml_backend_sched_reserve(sched_, gf);
     ++epoch_.value;  // (its buffers may have grown)
     clear();
@@ -96,7 +110,7 @@ void GraphSlot::reserve(ggml_cgraph * gf, const std::string & what) {
 void GraphSlot::alloc(ggml_cgraph * gf, const GraphShape & shape, bool profile) {
     ++n_built_;
     ggml_backend_sched_reset(sched_);
-    pin_custom_ops(gf);
+    pin_cpu_ops(gf);
     const GraphSources sources = profile ? graph_sources(gf) : GraphSources{};
     if (!alloc_graph(gf)) {
         clear();
@@ -116,11 +130,12 @@ void GraphSlot::compute(bool profile) {
     copy_seconds_ = timer ? timer->seconds() : -1.0;
 }
 
-GraphSlots::GraphSlots(std::vector<ggml_backend_t> & backends, ggml_backend_t cpu, size_t nodes_per_part)
-    : backends_(backends), cpu_(cpu), nodes_per_part_(nodes_per_part), batch_(new_slot(1)) {}
+GraphSlots::GraphSlots(std::vector<ggml_backend_t> & backends, ggml_backend_t cpu, size_t nodes_per_part,
+                       const CpuPins & pins)
+    : backends_(backends), cpu_(cpu), nodes_per_part_(nodes_per_part), pins_(pins), batch_(new_slot(1)) {}
 
 std::unique_ptr<GraphSlot> GraphSlots::new_slot(size_t n_parts) {
-    return std::make_unique<GraphSlot>(backends_, cpu_, nodes_per_part_ * std::max<size_t>(1, n_parts), epoch_);
+    return std::make_unique<GraphSlot>(backends_, cpu_, nodes_per_part_ * std::max<size_t>(1, n_parts), epoch_, pins_);
 }
 
 bool GraphSlots::pinned(const GraphSlot * slot) const {

@@ -57,11 +57,18 @@ struct BufferEpoch {
     uint64_t value = 0;
 };
 
+// The devices whose kernels cannot run one of this model's ops although their backends claim it
+// (runtime/kernel_limits.h): a graph's op whose cache lives on such a device runs on the CPU instead.
+struct CpuPins {
+    std::vector<ggml_backend_dev_t> no_gated_delta_net;  // KDA's recurrence: its head size is not instantiated there
+};
+
 class GraphSlot {
 public:
     // A scheduler over `backends` (placement order, `cpu` last) for graphs of up to n_nodes nodes; `epoch` (kept by
-    // reference) counts the changes of the engine's device buffers.
-    GraphSlot(std::vector<ggml_backend_t> & backends, ggml_backend_t cpu, size_t n_nodes, BufferEpoch & epoch);
+    // reference) counts the changes of the engine's device buffers; `pins` (kept by reference) the ops a device lacks.
+    GraphSlot(std::vector<ggml_backend_t> & backends, ggml_backend_t cpu, size_t n_nodes, BufferEpoch & epoch,
+              const CpuPins & pins);
     size_t n_nodes() const { return n_nodes_; }
     ~GraphSlot();
     GraphSlot(const GraphSlot &) = delete;
@@ -95,7 +102,7 @@ public:
 
 private:
     ggml_context * begin();
-    void pin_custom_ops(ggml_cgraph * gf);
+    void pin_cpu_ops(ggml_cgraph * gf);
     // ggml_backend_sched_alloc_graph, counting in the epoch a change of the scheduler's buffers.
     bool alloc_graph(ggml_cgraph * gf);
     bool holds(const GraphShape & shape) const {
@@ -103,6 +110,7 @@ private:
     }
 
     BufferEpoch & epoch_;
+    const CpuPins & pins_;
     uint64_t allocated_at_ = 0;  // the epoch the graph held was allocated at
     std::vector<ggml_backend_t> & backends_;
     ggml_backend_sched_t sched_ = nullptr;
@@ -140,7 +148,7 @@ public:
 
     // Schedulers over `backends` (placement order, `cpu` last; kept by reference) for graphs of up to
     // nodes_per_part nodes per sequence.
-    GraphSlots(std::vector<ggml_backend_t> & backends, ggml_backend_t cpu, size_t nodes_per_part);
+    GraphSlots(std::vector<ggml_backend_t> & backends, ggml_backend_t cpu, size_t nodes_per_part, const CpuPins & pins);
 
     // The slot of graphs of `shape`'s class (holding that graph if the last graph of the class had this shape), with
     // room for its nodes. A slot whose graph awaits a verify pass's commit (pin) is never given out.
@@ -168,6 +176,7 @@ private:
     std::vector<ggml_backend_t> & backends_;
     ggml_backend_t cpu_;
     size_t nodes_per_part_;
+    const CpuPins & pins_;
     BufferEpoch epoch_;  // before the slots: they keep a reference to it
     std::vector<const GraphSlot *> pinned_;
     std::unique_ptr<GraphSlot> batch_;  // replaced by a larger one for a graph of more parts than it holds

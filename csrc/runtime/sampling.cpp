@@ -12,19 +12,6 @@ namespace glm5next {
 
 namespace {
 
-// Index of the largest logit, the lowest index among equals. Rejects what would make the softmax NaN (a NaN
-// logit, a +inf one, or all -inf) and, for the sort in Sampler::filter, what would break its ordering (NaN).
-int32_t argmax(const float * logits, int64_t n_vocab) {
-    if (n_vocab < 1) throw std::invalid_argument("logits: n_vocab must be >= 1");
-    int64_t best = 0;
-    for (int64_t i = 0; i < n_vocab; ++i) {
-        if (std::isnan(logits[i])) throw std::invalid_argument("logits: NaN at token " + std::to_string(i));
-        if (logits[i] > logits[best]) best = i;
-    }
-    if (!std::isfinite(logits[best])) throw std::invalid_argument("logits: the maximum is not finite");
-    return int32_t(best);
-}
-
 // "0.95" rather than std::to_string's "0.950000" in error messages.
 std::string fmt(float x) {
     std::ostringstream os;
@@ -40,6 +27,17 @@ void check_pair(const std::vector<float> & p, const std::vector<float> & q) {
 }
 
 }  // namespace
+
+int32_t argmax(const float * logits, int64_t n_vocab) {
+    if (n_vocab < 1) throw std::invalid_argument("logits: n_vocab must be >= 1");
+    int64_t best = 0;
+    for (int64_t i = 0; i < n_vocab; ++i) {
+        if (std::isnan(logits[i])) throw std::invalid_argument("logits: NaN at token " + std::to_string(i));
+        if (logits[i] > logits[best]) best = i;
+    }
+    if (!std::isfinite(logits[best])) throw std::invalid_argument("logits: the maximum is not finite");
+    return int32_t(best);
+}
 
 void constrain_logits(float * logits, int64_t n_vocab, const uint32_t * mask, const std::vector<LogitBias> & bias) {
     for (const LogitBias & b : bias) logits[b.token] += b.bias;

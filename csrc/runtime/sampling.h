@@ -36,6 +36,11 @@ struct SamplerParams {
     uint64_t seed = 0;
 };
 
+// Index of the largest logit, the lowest index among equals. Rejects what would make the softmax NaN (a NaN
+// logit, a +inf one, or all -inf) and, for the sort in Sampler::filter, what would break its ordering (NaN).
+// Throws std::invalid_argument for n_vocab < 1. logits: [n_vocab].
+int32_t argmax(const float * logits, int64_t n_vocab);
+
 // Filter chain (temperature > 0), llama.cpp's default order, each filter seeing the survivors of the previous one
 // renormalized:
 //   1. top_k: keep the k most probable tokens (exact ties broken toward the lower id)

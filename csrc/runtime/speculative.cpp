@@ -29,10 +29,10 @@ float top_probability(const float * logits, int64_t n_vocab) {
 }  // namespace
 
 Generator::Generator(Sequence & seq, const SpecParams & spec, const SamplerParams & sampling, int n_probs,
-                     std::vector<LogitBias> logit_bias, std::shared_ptr<DraftLengthPolicy> policy,
-                     std::vector<int32_t> end_ids)
+                     bool post_sampling_probs, std::vector<LogitBias> logit_bias,
+                     std::shared_ptr<DraftLengthPolicy> policy, std::vector<int32_t> end_ids)
     : seq_(seq), engine_(seq.engine()), spec_(spec), sampler_(sampling), end_ids_(std::move(end_ids)),
-      n_probs_(n_probs), logit_bias_(std::move(logit_bias)) {
+      n_probs_(n_probs), post_sampling_probs_(post_sampling_probs), logit_bias_(std::move(logit_bias)) {
     check_logit_bias(logit_bias_, engine_.n_vocab());
     if (spec_.n_max < 0 || spec_.n_max + 1 > (int) engine_.params().n_batch) {
         throw std::invalid_argument("spec n_max = " + std::to_string(spec_.n_max) + ": must be >= 0 and < n_batch");
@@ -222,13 +222,21 @@ int32_t Generator::finish_prompt(const uint32_t * mask) {
         pending_h_.clear();
     }
     const int64_t n_vocab = engine_.n_vocab();
-    next_ = sampler_.sample(constrained(prompt_out_.logits.data(), 1, mask), n_vocab);
+    const float * row = constrained(prompt_out_.logits.data(), 1, mask);
+    next_ = sampler_.sample(row, n_vocab);
     probs_.clear();
-    if (n_probs_ >= 0) probs_.push_back(token_probs(prompt_out_.logits.data(), n_vocab, next_, n_probs_));
+    if (n_probs_ >= 0) probs_.push_back(probs_of(prompt_out_.logits.data(), row, next_));
     prompting_ = false;
     started_ = true;
     stats_.prompt_ms += ms_since(t0);
     return next_;
+}
+
+TokenProbs Generator::probs_of(const float * raw, const float * row, int32_t token) {
+    const int64_t n_vocab = engine_.n_vocab();
+    if (!post_sampling_probs_) return token_probs(raw, n_vocab, token, n_probs_);
+    sampler_.distribution(row, n_vocab, probs_p_);
+    return sampled_token_probs(probs_p_, token, n_probs_);
 }
 
 const float * Generator::constrained(const float * raw, int64_t n_rows, const uint32_t * masks) {
@@ -350,8 +358,8 @@ int32_t Generator::sample_draft(const uint32_t * mask) {
     int32_t token = -1;
     if (spec_.p_min > 0.0f && top_probability(logits, n_vocab) < spec_.p_min) {
         draft_stopped_ = true;
-    } else if (sampler_.greedy()) {  // the argmax itself: no [n_vocab] one-hot distribution (accept compares tokens)
-        token = sampler_.sample(logits, n_vocab);
+    } else if (sampler_.greedy() || spec_.sampled_accept == SampledAccept::match) {
+        token = argmax(logits, n_vocab);  // no [n_vocab] distribution and no random number (accept compares tokens)
     } else {
         sampler_.distribution(logits, n_vocab, draft_.q[k]);
         token = sampler_.sample_from(draft_.q[k]);
@@ -406,7 +414,8 @@ TrunkPart Generator::verify_part(int64_t n_keep) {
 std::vector<int32_t> Generator::verify_ran(const uint32_t * masks, double ms, bool timed, bool batched) {
     const auto t0 = std::chrono::steady_clock::now();
     const int64_t n_keep = (int64_t) verify_tokens_.size() - 1, P = round_pos_;
-    const std::vector<int32_t> emitted = accept(constrained(verify_out_.logits.data(), n_keep + 1, masks), n_keep);
+    const float * rows = constrained(verify_out_.logits.data(), n_keep + 1, masks);
+    const std::vector<int32_t> emitted = accept(rows, n_keep);
     seq_.commit((int64_t) emitted.size());
     const double verify_ms = ms + ms_since(t0);
     stats_.verify_ms += verify_ms;
@@ -414,7 +423,7 @@ std::vector<int32_t> Generator::verify_ran(const uint32_t * masks, double ms, bo
     if (n_probs_ >= 0) {  // emitted token i came from verify row i (accepted draft, correction or bonus)
         const int64_t n_vocab = engine_.n_vocab();
         for (size_t i = 0; i < emitted.size(); ++i) {
-            probs_.push_back(token_probs(verify_out_.logits.data() + i * n_vocab, n_vocab, emitted[i], n_probs_));
+            probs_.push_back(probs_of(verify_out_.logits.data() + i * n_vocab, rows + i * n_vocab, emitted[i]));
         }
     }
 
@@ -434,8 +443,9 @@ std::vector<int32_t> Generator::accept(const float * logits, int64_t n_keep) {
         emitted.push_back(sampler_.sample(logits + (keep - 1) * n_vocab, n_vocab));
         return emitted;
     }
+    const bool match = sampler_.greedy() || spec_.sampled_accept == SampledAccept::match;
     for (int64_t i = 0; i < n_d; ++i) {
-        if (sampler_.greedy()) {  // exact match with the target's argmax (speculative sampling with one-hot p, q)
+        if (match) {  // the target's token, drawn as plain decoding draws it (greedy: its argmax); kept while equal
             const int32_t target = sampler_.sample(logits + i * n_vocab, n_vocab);
             emitted.push_back(target);
             if (target != draft_.tokens[i]) return emitted;
@@ -448,7 +458,7 @@ std::vector<int32_t> Generator::accept(const float * logits, int64_t n_keep) {
         }
         emitted.push_back(draft_.tokens[i]);
     }
-    if (n_d < (int64_t) draft_.tokens.size() && !sampler_.greedy()) {
+    if (n_d < (int64_t) draft_.tokens.size() && !match) {
         // draft n_d was cut off because row n_d's mask refuses it: p(d) = 0, a rejection whatever the random draw,
         // so the token comes from the residual as for any rejected draft (greedy: the argmax, as below)
         sampler_.distribution(logits + n_d * n_vocab, n_vocab, p_);

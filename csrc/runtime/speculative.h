@@ -29,6 +29,17 @@
 
 namespace glm5next {
 
+// How a round keeps drafts when the sampler draws (temperature > 0; greedy keeps a draft iff it is the target's
+// argmax either way). docs/runtime.md, draft-MTP round, step 3.
+//   match: each draft is its head's argmax; the target draws its token at every verify row as plain decoding
+//     draws it, with the same random numbers, and a draft is kept while it equals the drawn token. llama.cpp's
+//     rule (common/speculative.cpp: the draft is the top candidate, common_sampler_sample_and_accept_n): a seeded
+//     generation emits the tokens it emits without drafting (llama-server's test_with_and_without_draft).
+//   rejection: speculative sampling (Leviathan et al. 2023; the project spec's rule): d ~ q, kept
+//     with probability min(1, p(d)/q(d)), else a token of the residual max(p - q, 0). The same distribution, more
+//     drafts kept at high temperature, but other tokens than plain decoding for a seed.
+enum class SampledAccept { match, rejection };
+
 struct SpecParams {
     int n_max = 3;           // drafts per round (the most, when adaptive); 0 = no speculation
     int n_min = 0;           // a draft shorter than this is not verified
@@ -38,10 +49,11 @@ struct SpecParams {
     // target says. The text is then meaningless; the speed is that of a model with this acceptance.
     float synthetic_accepted = -1.0f;
     // true: each round drafts the number DraftLengthPolicy chooses from this generation's measured acceptance and
-    // timings (0 when drafting does not pay), at most n_max; false: n_max every round. Greedy output is the same
-    // either way; sampled output with a fixed seed depends on the draft lengths, so adaptive makes it depend on
-    // timing: false reproduces it.
+    // timings (0 when drafting does not pay), at most n_max; false: n_max every round. Greedy output, and sampled
+    // output under SampledAccept::match, is the same either way; under rejection a fixed seed's output depends on
+    // the draft lengths, so adaptive makes it depend on timing: false reproduces it.
     bool adaptive = true;
+    SampledAccept sampled_accept = SampledAccept::match;
 };
 
 struct SpecStats {
@@ -62,7 +74,8 @@ public:
     // Generation on `seq` (which must outlive the generator). Raises std::invalid_argument when speculation is
     // asked for and the file has no NextN layer, or n_max does not fit a ubatch.
     // n_probs >= 0: report every emitted token's log-probability and the n_probs most probable tokens' (probs());
-    // < 0: none.
+    // < 0: none. post_sampling_probs: those of the distribution the sampler drew from (its filters and temperature
+    // applied; sampled_token_probs), else the model's (token_probs).
     // logit_bias: added to the logits of every target row (and of every draft step, so that drafts follow it),
     // checked by check_logit_bias (std::invalid_argument).
     // end_ids: end-of-generation tokens: drafting stops after drafting one (nothing that follows it is emitted).
@@ -70,7 +83,7 @@ public:
     // that what it learned of acceptance and timings outlives one request (Model keeps one per n_max, n_min); null:
     // a new one. Throws std::invalid_argument for a policy of another n_max or n_min.
     Generator(Sequence & seq, const SpecParams & spec, const SamplerParams & sampling, int n_probs = -1,
-              std::vector<LogitBias> logit_bias = {}, std::shared_ptr<DraftLengthPolicy> policy = nullptr,
+              bool post_sampling_probs = false, std::vector<LogitBias> logit_bias = {}, std::shared_ptr<DraftLengthPolicy> policy = nullptr,
               std::vector<int32_t> end_ids = {});
 
     // Evaluates `prompt` and samples the first token, which it returns. With `cache_prompt` the sequence keeps the
@@ -187,6 +200,8 @@ private:
     // The logits the sampler sees for `n_rows` rows of `raw` ([n_rows, n_vocab]): `raw` itself when nothing
     // constrains them, else a constrained copy (constrained_; raw stays for the log-probabilities).
     const float * constrained(const float * raw, int64_t n_rows, const uint32_t * masks);
+    // The reported probabilities of `token`, sampled from `row` (its raw logits `raw`): n_probs_, post_sampling_probs_.
+    TokenProbs probs_of(const float * raw, const float * row, int32_t token);
     int64_t synthetic_keep(int64_t n_drafts);
     // Writes the pending draft-head rows now instead of with the next round's step 0.
     void write_pending_rows();
@@ -218,7 +233,9 @@ private:
     std::vector<int32_t> end_ids_;       // drafting stops after one of these
     SpecStats stats_;
     int n_probs_;
+    bool post_sampling_probs_;
     std::vector<TokenProbs> probs_;
+    std::vector<float> probs_p_;  // a row's sampled distribution, for post_sampling_probs (reused)
     std::vector<LogitBias> logit_bias_;
     std::vector<float> constrained_;   // constrained target rows (reused)
     std::vector<float> draft_logits_;  // a draft step's logits with the bias (reused)

@@ -41,4 +41,26 @@ TokenProbs token_probs(const float * logits, int64_t n_vocab, int32_t token, int
     return out;
 }
 
+TokenProbs sampled_token_probs(const std::vector<float> & p, int32_t token, int n_top) {
+    const int64_t n_vocab = (int64_t) p.size();
+    if (n_top < 0 || n_vocab < 1 || token < 0 || token >= n_vocab || !(p[token] > 0.0f)) {
+        throw std::invalid_argument("sampled_token_probs: token " + std::to_string(token) + ", n_top " +
+                                    std::to_string(n_top) + " for a distribution over " + std::to_string(n_vocab) +
+                                    " tokens" + (token >= 0 && token < n_vocab ? " that gives it no probability" : ""));
+    }
+    TokenProbs out;
+    out.token = token;
+    out.logprob = std::log(p[token]);
+    std::vector<int32_t> & top = out.top_ids;
+    for (int32_t id = 0; id < n_vocab; ++id) {
+        if (p[id] > 0.0f) top.push_back(id);  // the sampler's survivors: few (top_k, top_p, min_p)
+    }
+    const auto better = [&](int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); };
+    const size_t k = std::min<size_t>(size_t(n_top), top.size());
+    std::partial_sort(top.begin(), top.begin() + k, top.end(), better);
+    top.resize(k);
+    for (int32_t id : top) out.top_logprobs.push_back(std::log(p[id]));
+    return out;
+}
+
 }  // namespace glm5next

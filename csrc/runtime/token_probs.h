@@ -20,4 +20,10 @@ struct TokenProbs {
 // logits: [n_vocab] raw. Throws std::invalid_argument for n_top < 0, n_vocab < 1 or a token outside [0, n_vocab).
 TokenProbs token_probs(const float * logits, int64_t n_vocab, int32_t token, int n_top);
 
+// The same after the sampler (llama-server's post_sampling_probs): p is the distribution the token was drawn from,
+// the sampler's filters and temperature applied (Sampler::distribution: one-hot when greedy); the logprobs are
+// log p, and the top tokens are the n_top most probable of p's nonzero ones (fewer when fewer survive the filters).
+// Throws as token_probs, and for a token p gives no probability.
+TokenProbs sampled_token_probs(const std::vector<float> & p, int32_t token, int n_top);
+
 }  // namespace glm5next

@@ -8,11 +8,16 @@
   "text_offset": [int]}, with llama-server's chat-shaped "content" alongside (what its /v1/completions sends). A
   top_logprobs dict holds the N most probable tokens and the generated one (up to N + 1 keys, as OpenAI's).
 
+With llama-server's post_sampling_probs (TokenPieces.post_sampling) the entries are the sampler's distribution's
+(natural log of its probabilities after the filters and temperature) and the chat-shaped objects show them as
+llama-server does: "prob" and "top_probs" [{"id", "token", "bytes", "prob"}] in place of the logprob fields.
+
 A token is shown as its piece (Tokenizer.token_to_piece; control tokens are empty unless --special, as in the
 text): `bytes` the piece's bytes, `token` their UTF-8 text, an incomplete character as U+FFFD (the bytes are exact).
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,11 +26,18 @@ from ..tokenizer import Tokenizer
 
 
 class TokenPieces:
-    """Token id -> (text, UTF-8 bytes as ints) as responses show it: `special` shows control tokens (--special)."""
+    """Token id -> (text, UTF-8 bytes as ints) as responses show it: `special` shows control tokens (--special);
+    post_sampling: a request's probabilities are the sampler's, shown as llama-server's "prob" fields."""
 
-    def __init__(self, tokenizer: Tokenizer, special: bool):
+    def __init__(self, tokenizer: Tokenizer, special: bool, post_sampling: bool = False):
         self._tokenizer = tokenizer
         self._special = special
+        self.post_sampling = post_sampling
+
+    def for_request(self, post_sampling: bool) -> TokenPieces:
+        """These pieces, for a request that asks for post-sampling probabilities or not."""
+        return self if post_sampling == self.post_sampling else TokenPieces(self._tokenizer, self._special,
+                                                                            post_sampling)
 
     def __call__(self, token: int) -> tuple[str, list[int]]:
         piece = self._tokenizer.token_to_piece(token, self._special)
@@ -34,13 +46,14 @@ class TokenPieces:
 
 def token_probs(entries: Sequence[TokenLogprob], pieces: TokenPieces) -> list[dict[str, Any]]:
     """OpenAI's chat logprobs `content` list (with llama-server's ids): one object per entry."""
-    return [_token(e.token, e.logprob, pieces) | {"top_logprobs": [_token(t, lp, pieces) for t, lp in e.top]}
-            for e in entries]
+    top = "top_probs" if pieces.post_sampling else "top_logprobs"
+    return [_token(e.token, e.logprob, pieces) | {top: [_token(t, lp, pieces) for t, lp in e.top]} for e in entries]
 
 
 def _token(token: int, logprob: float, pieces: TokenPieces) -> dict[str, Any]:
     text, data = pieces(token)
-    return {"id": token, "token": text, "bytes": data, "logprob": logprob}
+    value = {"prob": math.exp(logprob)} if pieces.post_sampling else {"logprob": logprob}
+    return {"id": token, "token": text, "bytes": data} | value
 
 
 def chat_logprobs(entries: Sequence[TokenLogprob], pieces: TokenPieces) -> dict[str, Any]:

@@ -153,7 +153,7 @@ class RequestPipeline:
         tokenizer, special = self.first.tokenizer, self.config.special
         return NativeCompletionReply(body.model or self.config.model_name, prompt_text, self.first.n_ctx, stops,
                                      lambda t: token_text(tokenizer, t, special), return_tokens, timings_per_token,
-                                     self.pieces)
+                                     self.pieces.for_request(body.post_sampling_probs))
 
     # ------------------------------------------------------------------------------------------------ schedule, generate
 
@@ -197,7 +197,8 @@ class RequestPipeline:
         return dict(max_tokens=self.first.n_ctx if limit is None else limit, temperature=body.temperature,
                     top_k=body.top_k, top_p=body.top_p, min_p=body.min_p, seed=seed, stop=body.stop,
                     spec_n_max=n_max, cache_prompt=body.cache_prompt, special=self.config.special,
-                    logprobs=body.top_probs(), **structured_kwargs(body, self.first.tokenizer))
+                    logprobs=body.top_probs(), post_sampling_probs=body.post_sampling_probs,
+                    **structured_kwargs(body, self.first.tokenizer))
 
     async def _slot(self, body: GenerationRequest, ids: list[int], watch: DisconnectWatch) -> Model:
         """A slot for `ids` (the one asked for, llama-server's wrap-around), its sequence prepared from the RAM

@@ -158,6 +158,10 @@ class GenerationRequest(BaseModel):
                                  "generated token's log-probability and the N most probable tokens'; 0: its own only")
     n_probs: int | None = Field(None, ge=0, le=MAX_N_PROBS, description="llama-server's: the N most probable "
                                 "tokens' log-probabilities with each generated token's; 0: none")
+    post_sampling_probs: bool = Field(False, description="llama-server's: the probabilities (n_probs, logprobs) "
+                                      "are those of the distribution the sampler drew from, its filters and "
+                                      "temperature applied (`prob`, `top_probs`: at most the tokens that survived "
+                                      "them), not the model's log-probabilities")
 
     # structured output and logit bias (server/structured.py)
     response_format: ResponseFormat | None = None
@@ -185,8 +189,6 @@ class GenerationRequest(BaseModel):
     web_search_options: refused("web search", never) = None
     verbosity: refused("verbosity", off("medium")) = None
     # ... and llama-server's
-    post_sampling_probs: refused("probabilities after the sampler's filters (logprobs and n_probs give the model's)",
-                                 off(False)) = None
     grammar_lazy: refused("lazy grammars (applied only after a trigger)", off(False)) = None
     samplers: refused("a sampler order of the client's", never) = None
     dynatemp_range: refused("dynamic temperature", off(0)) = None

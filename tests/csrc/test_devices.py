@@ -233,3 +233,31 @@ def test_a_rejected_draft_rolls_the_kda_state_back_on_the_device(checkpoints, rp
     assert per_round < state_bytes / 4, (per_round, state_bytes)
     plain = Model(m.path, n_ctx=256, n_threads=1, devices=["none"], spec_type="none")
     assert plain.generate(PROMPT, max_tokens=len(tokens), temperature=0).tokens == tokens
+
+
+@pytest.mark.parametrize("head_dim, pinned", [(24, True), (16, False)])
+def test_a_kda_head_size_the_device_kernel_lacks_runs_on_the_cpu(checkpoints, devices, monkeypatch, head_dim, pinned):
+    """ggml-cuda's gated_delta_net is built for head sizes 16, 32, 64 and 128 and aborts on another, though it claims
+    the op (runtime/kernel_limits.h). With the RPC servers declared CUDA (GLM5NEXT_RPC_BACKEND), a fully offloaded
+    model of head size 24 runs KDA's recurrence on the CPU (more graph splits than placed as plain RPC), says so, and
+    gives the CPU-only logits; one of head size 16 keeps it on the device."""
+    from glm5next_runtime import Model
+    path = checkpoints.convert(checkpoints.make(f"kda-head-{head_dim}", "tiny", linear_head_dim=head_dim), outtype="f32")
+    device = device_name(devices[0])
+    prompt = random_tokens(40, seed=5)
+
+    def run(m):
+        return m.eval(prompt, logits_all=True), m.eval(prompt[:1]), m.graph_splits  # a prompt, then a decode row
+
+    cpu = run(Model(path, n_ctx=128, n_threads=2))
+    plain = Model(path, n_ctx=128, n_threads=2, n_gpu_layers=99, devices=[device])
+    monkeypatch.setenv("GLM5NEXT_RPC_BACKEND", "CUDA")
+    cuda = Model(path, n_ctx=128, n_threads=2, n_gpu_layers=99, devices=[device])
+    assert plain.engine.cpu_pinned_ops == []
+    assert len(cuda.engine.cpu_pinned_ops) == (1 if pinned else 0)
+    if pinned:
+        assert f"{device}: KDA's gated_delta_net (head size 24) runs on the CPU" in cuda.engine.cpu_pinned_ops[0]
+    got, want = run(cuda), run(plain)
+    assert (got[2] > want[2]) == pinned  # the decode graph crossed to the CPU and back once more per KDA layer
+    for ours, theirs in zip(got[:2], cpu[:2]):
+        assert np.abs(ours - theirs).max() <= 1e-5

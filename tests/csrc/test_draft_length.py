@@ -341,15 +341,25 @@ def sample(model, prompt, n, **kw):
     return out, g.stats
 
 
-def test_seeded_sampling_drafts_n_max_every_round_and_reproduces(model):
-    """Sampled output depends on the draft lengths: with a seed it must not depend on timing, so every round drafts
-    n_max (but the last rounds, which the token limit cuts short: one at most per shorter length), and the same seed
-    gives the same tokens."""
+def test_seeded_sampling_under_rejection_drafts_n_max_every_round_and_reproduces(model, checkpoints):
+    """Under spec_sampling "rejection", sampled output depends on the draft lengths: with a seed it must not depend
+    on timing, so every round drafts n_max (but the last rounds, which the token limit cuts short: one at most per
+    shorter length), and the same seed gives the same tokens."""
+    from glm5next_runtime import Model
+    rejection = Model(model.path, n_ctx=512, n_threads=2, draft_n_max=3, spec_sampling="rejection")
     prompt = random_tokens(40, seed=11)
-    first, stats = sample(model, prompt, 60, seed=3)
+    first, stats = sample(rejection, prompt, 60, seed=3)
     rounds = stats["rounds_at_length"]
     assert all(n <= 1 for n in rounds[:3]) and rounds[3] > 0
-    assert sample(model, prompt, 60, seed=3)[0] == first
+    assert sample(rejection, prompt, 60, seed=3)[0] == first
+
+
+def test_seeded_sampling_under_match_adapts_and_emits_plain_decodings_tokens(model):
+    """Under spec_sampling "match" (the default) a seeded sample is plain decoding's whatever the draft lengths, so
+    the lengths stay adaptive (a policy decides them) and the tokens equal those of the same seed without drafts."""
+    prompt = random_tokens(40, seed=11)
+    assert model.generator(temperature=0.8, seed=3).policy is not None
+    assert sample(model, prompt, 60, seed=3)[0] == sample(model, prompt, 60, seed=3, n_max=0)[0]
 
 
 def test_unseeded_sampling_adapts(model, request):

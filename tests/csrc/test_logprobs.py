@@ -18,9 +18,10 @@ def model(predictable_gguf):
     return Model(predictable_gguf, n_ctx=256, n_threads=2)
 
 
-def run(model, n_max: int, n: int = 16, **sampler) -> tuple[list[int], list[tuple]]:
+def run(model, n_max: int, n: int = 16, post_sampling_probs: bool = False, **sampler) -> tuple[list[int], list[tuple]]:
     """Generated ids and their probs entries, n tokens."""
-    g = model.generator(n_max=n_max, n_probs=N_TOP, **({"temperature": 0} | sampler))
+    g = model.generator(n_max=n_max, n_probs=N_TOP, post_sampling_probs=post_sampling_probs,
+                        **({"temperature": 0} | sampler))
     tokens = [g.start(PROMPT)]
     probs = list(g.probs)
     while len(tokens) < n:
@@ -124,3 +125,23 @@ def test_no_logprobs_unless_asked_and_a_negative_count_is_refused(model):
     assert model.generate(PROMPT, max_tokens=4, temperature=0, stream=True).logprobs is None
     with pytest.raises(ValueError, match="logprobs = -1"):
         model.generate(PROMPT, max_tokens=4, logprobs=-1)
+
+
+@pytest.mark.parametrize("n_max", [0, 3])
+def test_post_sampling_probs_are_the_samplers_distribution_at_each_position(model, n_max):
+    """llama-server's post_sampling_probs: the distribution the token was drawn from (top_k 3, temperature 1.5),
+    the same with draft-MTP on and off; its top holds only the tokens that survived the filters."""
+    from glm5next_runtime import _core
+    settings = dict(temperature=1.5, top_k=3, top_p=1.0, min_p=0.0)
+    tokens, probs = run(model, n_max, 24, post_sampling_probs=True, seed=7, **settings)
+    assert (tokens, probs) == run(model, 0 if n_max else 3, 24, post_sampling_probs=True, seed=7, **settings)
+    model.reset()
+    rows = model.eval(PROMPT + tokens[:-1], logits_all=True)[len(PROMPT) - 1:]
+    dist = _core.Sampler(**settings, seed=0)
+    for i, (token, logprob, top) in enumerate(probs):
+        p = dist.distribution(rows[i])
+        assert 0 < p[token] and np.exp(logprob) == pytest.approx(p[token], abs=1e-5)
+        ids = [t for t, _ in top]
+        assert ids == sorted(np.flatnonzero(p).tolist(), key=lambda t: (-p[t], t))[:N_TOP] and len(ids) == 3
+        assert np.exp([lp for _, lp in top]) == pytest.approx(p[ids], abs=1e-5)
+        assert sum(np.exp(lp) for _, lp in top) == pytest.approx(1.0, abs=1e-5)

@@ -94,16 +94,20 @@ def test_metrics(model):
     assert stats["draft_ms"] > 0 and stats["verify_ms"] > 0
 
 
-def test_sampling_keeps_the_target_distribution(checkpoints):
+@pytest.mark.parametrize("spec_sampling", ["match", "rejection"])
+def test_sampling_keeps_the_target_distribution(checkpoints, spec_sampling):
     """The first two generated tokens, over many seeds, with speculation: their joint frequencies match the exact
-    distribution the trunk defines under the same sampler (top_k 3, temperature 0.8), by a chi-square test."""
+    distribution the trunk defines under the same sampler (top_k 3, temperature 0.8), by a chi-square test; with
+    either rule for keeping sampled drafts (llama.cpp's match, or speculative sampling's rejection)."""
     from scipy.stats import chisquare
 
     from glm5next_runtime import Model, _core
 
-    # one thread: a tiny model's graphs are too small to share, and 3000 short generations add up
+    # one thread: a tiny model's graphs are too small to share, and 3000 short generations add up; fixed draft
+    # lengths: an adaptive policy may judge drafting unprofitable on so small a model and never draft
     model = Model(checkpoints.convert(checkpoints.make("spec-predictable", "predictable", dtype="f32"),
-                                      outtype="f32"), n_ctx=256, n_threads=1)
+                                      outtype="f32"), n_ctx=256, n_threads=1, spec_sampling=spec_sampling,
+                  draft_adaptive=False)
     prompt = random_tokens(40, seed=8)
     settings = dict(temperature=0.8, top_k=3, top_p=1.0, min_p=0.0)
     dist = _core.Sampler(**settings, seed=0)
@@ -121,11 +125,26 @@ def test_sampling_keeps_the_target_distribution(checkpoints):
         toks, stats = run(model, prompt, 2, n_max=2, seed=seed, **settings)
         counts[tuple(toks)] += 1
         accepted += stats["n_accepted"]
-    assert accepted > n // 4  # drafts were accepted often, so both accept and resample paths ran
+    assert accepted > n // 4  # drafts were accepted often, so both the accept and the reject paths ran
     keys = sorted(exact)
     expected = np.array([exact[k] for k in keys], dtype=np.float64)
     result = chisquare([counts[k] for k in keys], expected / expected.sum() * n)
     assert result.pvalue > 1e-3, (result, counts, exact)
+
+
+@pytest.mark.parametrize("temperature", [0.3, 0.8, 1.5])
+def test_seeded_sampling_emits_plain_decodings_tokens_under_match(model, temperature):
+    """spec_sampling "match" (the default, llama.cpp's rule): a seeded sampled generation with drafts emits the tokens
+    the same seed gives without drafts (llama-server's test_with_and_without_draft), drafts being kept. The same
+    seeds under "rejection" keep the distribution but not the tokens: that is what this rule is for."""
+    settings = dict(temperature=temperature, top_k=40, top_p=0.95, min_p=0.05)
+    accepted = 0
+    for seed, prompt in enumerate(PROMPTS):
+        plain, _ = run(model, prompt, 120, n_max=0, seed=seed, **settings)
+        spec, stats = run(model, prompt, 120, n_max=3, seed=seed, **settings)
+        assert spec == plain, seed
+        accepted += stats["n_accepted"]
+    assert accepted >= 10  # drafts were kept, not only rejected
 
 
 def test_speculation_needs_a_nextn_layer(checkpoints):

@@ -231,7 +231,7 @@ REFUSED = [
     ("frequency_penalty", -0.5), ("echo", True), ("best_of", 2), ("suffix", "return a + b"),
     ("audio", {"voice": "alloy", "format": "wav"}), ("modalities", ["text", "audio"]), ("web_search_options", {}),
     ("verbosity", "low"),
-    ("post_sampling_probs", True), ("grammar_lazy", True),
+    ("grammar_lazy", True),
     ("samplers", ["top_k", "temperature"]), ("dynatemp_range", 0.5), ("top_n_sigma", 1.0), ("typical_p", 0.9),
     ("xtc_probability", 0.5), ("repeat_penalty", 1.1), ("dry_multiplier", 0.8), ("mirostat", 2), ("min_keep", 5),
     ("n_indent", 4), ("t_max_predict_ms", 1000),
@@ -241,7 +241,7 @@ REFUSED = [
 # the values that ask for nothing: accepted, and the output is the one without them
 NEUTRAL = {"functions": [], "function_call": "none", "presence_penalty": 0,
            "frequency_penalty": 0.0, "echo": False, "best_of": 1, "suffix": "", "audio": None, "modalities": ["text"],
-           "web_search_options": None, "verbosity": "medium", "post_sampling_probs": False,
+           "web_search_options": None, "verbosity": "medium",
            "grammar_lazy": False, "samplers": None, "dynatemp_range": 0.0, "top_n_sigma": -1.0,
            "typical_p": 1.0, "xtc_probability": 0.0, "repeat_penalty": 1.0, "dry_multiplier": 0.0, "mirostat": 0,
            "min_keep": 0, "n_indent": 0, "t_max_predict_ms": 0,

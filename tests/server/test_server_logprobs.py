@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from glm5next_runtime import Model
@@ -211,7 +212,6 @@ def test_native_completion_probabilities_are_the_python_apis(server, model, stre
     ("/v1/completions", {"logprobs": 101}, "logprobs: "),
     ("/v1/completions", {"logprobs": -1}, "logprobs: "),
     ("/v1/completions", {"n_probs": 101}, "n_probs: "),
-    ("/v1/chat/completions", {"post_sampling_probs": True, "n_probs": 2}, "post_sampling_probs: "),
 ])
 def test_bad_logprobs_fields_are_a_400_naming_the_field(server, endpoint, fields, message):
     body = {"prompt": PROMPT} if endpoint == "/v1/completions" else {"messages": MESSAGES}
@@ -225,3 +225,30 @@ def test_no_logprobs_unless_asked(server):
         assert status == 200 and out["choices"][0]["logprobs"] is None
         chunks = sse(server, endpoint, body | {"max_tokens": 2, "stream": True})
         assert all(c["choices"][0]["logprobs"] is None for c in chunks if c["choices"])
+
+
+@pytest.mark.parametrize("endpoint", ["/completion", "/v1/chat/completions"])
+def test_post_sampling_probs_are_the_samplers_as_llama_server_shows_them(server, model, endpoint):
+    """post_sampling_probs (llama-server's): each token's `prob` and `top_probs` are the distribution the sampler
+    drew it from, the Python API's post_sampling_probs entries; at most the tokens that survive top_k, summing to 1
+    when fewer than asked (their test_n_probs_post_sampling)."""
+    sampler = {"temperature": 1.0, "top_k": 3, "top_p": 1.0, "min_p": 0.0, "seed": 11}
+    if endpoint == "/completion":
+        want = model.generate(PROMPT, max_tokens=N, logprobs=10, post_sampling_probs=True, **sampler).logprobs
+        status, out = post_json(server, endpoint, {"prompt": PROMPT, "n_predict": N, "n_probs": 10,
+                                                   "post_sampling_probs": True} | sampler)
+        got = out["completion_probabilities"]
+    else:
+        status, out = post_json(server, endpoint, {"messages": MESSAGES, "max_tokens": N, "logprobs": True,
+                                                   "top_logprobs": 10, "post_sampling_probs": True} | sampler)
+        got, want = out["choices"][0]["logprobs"]["content"], None
+    assert status == 200 and len(got) > 0
+    for i, entry in enumerate(got):
+        assert 0 < entry["prob"] <= 1 and "logprob" not in entry
+        top = entry["top_probs"]
+        assert 0 < len(top) <= 3 and all(0 < t["prob"] <= 1 and "logprob" not in t for t in top)
+        assert entry["id"] in [t["id"] for t in top]  # drawn from what survived the filters
+        assert sum(t["prob"] for t in top) == pytest.approx(1.0, abs=1e-5)
+        if want is not None:
+            assert entry["id"] == want[i].token and entry["prob"] == pytest.approx(np.exp(want[i].logprob))
+            assert [t["id"] for t in top] == [t for t, _ in want[i].top]

@@ -48,7 +48,8 @@ def create_openai_router(path: RequestPipeline, started: int) -> APIRouter:
         prompts = [await in_thread(path.tokenize_prompt, p) if isinstance(p, str) else list(p)
                    for p in body.prompts()]
         return await path.generate_all(request, body, prompts, lambda _i: CompletionReply(
-            body.model or config.model_name, pieces, body.include_usage()), "completions",
+            body.model or config.model_name, pieces.for_request(body.post_sampling_probs), body.include_usage()),
+            "completions",
             partial(merge_choices, per_prompt=body.choices()))
 
     @router.post("/v1/chat/completions")
@@ -61,7 +62,8 @@ def create_openai_router(path: RequestPipeline, started: int) -> APIRouter:
                            "close; leave chat_template_kwargs.enable_thinking out (a grammar turns thinking off)")
         tools = body.active_tools()
         return await path.generate_all(request, body, [ids], lambda _i: ChatReply(
-            body.model or config.model_name, pieces, body.splits_reasoning() and opens_think_block(prompt),
+            body.model or config.model_name, pieces.for_request(body.post_sampling_probs),
+            body.splits_reasoning() and opens_think_block(prompt),
             body.include_usage(), ToolCalls(argument_schemas(tools), body.parallel_tool_calls) if tools else None),
             "chat_completions", partial(merge_choices, per_prompt=body.choices()))
 
