@@ -28,7 +28,7 @@ void BlockBuilder::write_rows_at(ggml_tensor * src, ggml_tensor * cache, ggml_te
 ggml_tensor * BlockBuilder::rms(ggml_tensor * x, ggml_tensor * w) const { return ggml_mul(ctx, ggml_rms_norm(ctx, x, hp.rms_eps), w); }
 
 ggml_tensor * BlockBuilder::mm(ggml_tensor * w, ggml_tensor * x) const {
-    if (x->ne[1] == 1 || !cpu_kernels || (!few && x->ne[1] > kInvariantMaxRows)) return ggml_mul_mat(ctx, w, x);
+    if (x->ne[1] == 1 || (!few && x->ne[1] > kInvariantMaxRows)) return ggml_mul_mat(ctx, w, x);
     const int64_t K = x->ne[0], N = x->ne[1], B = w->ne[2];
     if (B == 1 && w->ne[3] == 1) {  // one matrix: every column of x is a row routed to "expert" 0
         ggml_tensor * xc = ggml_reshape_3d(ctx, ggml_is_contiguous(x) ? x : ggml_cont(ctx, x), K, 1, ggml_nelements(x) / K);

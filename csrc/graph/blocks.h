@@ -113,13 +113,16 @@ public:
     // several sequences). ggml's CPU backend multiplies a single column with its vec_dot kernels and two or more
     // with llamafile's tinyBLAS (ggml-cpu.c: llamafile_sgemm declines n < 2), which round differently: on the bench
     // preset's widths (q8_0) a decode token's logits and the same row's in a verify pass differed by up to 1.6, and
-    // greedy draft-MTP output differed from plain decoding. So on the CPU the rows of a few-row group (verify
-    // passes, draft steps, the decode rows of several sequences, short prompts) and up to kInvariantMaxRows rows of a
-    // long part are multiplied as ggml_mul_mat_id with every row routed to the one matrix (or to its batch's matrix),
-    // whose kernel is the same vec_dot per row whatever the row count (ggml_compute_forward_mul_mat_id_one_chunk): a
+    // greedy draft-MTP output differed from plain decoding. So the rows of a few-row group (verify passes, draft
+    // steps, the decode rows of several sequences, short prompts) and up to kInvariantMaxRows rows of a long part are
+    // multiplied as ggml_mul_mat_id with every row routed to the one matrix (or to its batch's matrix), whose CPU
+    // kernel is the same vec_dot per row whatever the row count (ggml_compute_forward_mul_mat_id_one_chunk): a
     // decode row equals its verify row, and its row in a batch of sequences, bit for bit. Measured on the bench
     // preset (q8_0, -t 1, interleaved medians): verify passes of 2..6 rows took 0.76-0.91x the time of tinyBLAS's,
-    // and decode is untouched. Long prompt chunks keep tinyBLAS, several times faster there.
+    // and decode is untouched. Long prompt chunks keep tinyBLAS, several times faster there. A device's layers
+    // take the same route: exact on an RPC device (a CPU; tests/csrc/test_devices.py, where a multi-row product
+    // parted greedy draft-MTP from plain decoding on a q8_0 file); a GPU's mul_mat_id kernels are not measured
+    // here (scripts/gpu_check.sh reports greedy draft-MTP against plain decoding).
     ggml_tensor * mm(ggml_tensor * w, ggml_tensor * x) const;
 
     // mHC pre (docs/model.md, "Trunk, one layer", step 1): the block input [n_embd, T]; post [hc, T] and comb

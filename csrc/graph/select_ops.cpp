@@ -116,12 +116,17 @@ void moe_route_op(ggml_tensor * dst, int ith, int nth, void * userdata) {
             std::iota(cand.begin(), cand.end(), 0);
         }
         top_k_indices(choice.data(), cand, k, best);
-        float sum = 0.0f;
-        for (int32_t e : best) sum += s[e];
+        // the chosen weights' sum in double, rounded once: ggml's sum_rows (ggml_vec_sum_f32), which a device's
+        // standard ops (BlockBuilder::route) and llama.cpp use. A float sum rounds after every term: from 3 experts
+        // on it can differ in the last bit, and a q8_0 file's activation rounding can carry that into the logits
+        // (measured: 2.6 on the bench preset, placed against the CPU, before this)
+        double sum = 0.0;
+        for (int32_t e : best) sum += (double) s[e];
+        const float norm = (float) sum;
         auto * out = (float *) ((char *) dst->data + t * dst->nb[1]);
         for (int64_t i = 0; i < k; ++i) {
             out[i] = (float) best[i];
-            out[k + i] = (p->norm ? s[best[i]] / (sum + 1e-20f) : s[best[i]]) * p->scale;
+            out[k + i] = (p->norm && norm > 0.0f ? s[best[i]] / norm : s[best[i]]) * p->scale;
         }
     }
 }

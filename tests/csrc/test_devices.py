@@ -261,3 +261,37 @@ def test_a_kda_head_size_the_device_kernel_lacks_runs_on_the_cpu(checkpoints, de
     assert (got[2] > want[2]) == pinned  # the decode graph crossed to the CPU and back once more per KDA layer
     for ours, theirs in zip(got[:2], cpu[:2]):
         assert np.abs(ours - theirs).max() <= 1e-5
+
+
+@pytest.fixture(scope="module")
+def wide_k4_q8_0(checkpoints):
+    """A q8_0 file whose logits move by units for a last-bit change upstream (hidden 1024, 4 experts a token): its
+    activations' q8_0 rounding carries one (the bench preset behaves so too)."""
+    ckpt = checkpoints.make("route-k4", "tiny", dtype="f32", hidden_size=1024, num_experts_per_tok=4)
+    return checkpoints.convert(ckpt, outtype="q8_0")
+
+
+def test_greedy_draft_mtp_equals_plain_decoding_on_a_device_bit_for_bit(wide_k4_q8_0, devices):
+    """A device multiplies a verify pass's rows one by one, as its decode steps (BlockBuilder::mm), so that a row's
+    logits do not depend on the rows beside it there either: before, ggml's multi-row product on the device rounded
+    differently, and on this file greedy draft-MTP parted from plain decoding (seed 22)."""
+    from glm5next_runtime import Model
+    m = Model(wide_k4_q8_0, n_ctx=256, n_threads=2, n_gpu_layers=99, devices=[device_name(devices[0])],
+              spec_type="draft-mtp", draft_n_max=3, draft_adaptive=False)
+    for seed in (21, 22, 23):
+        prompt = random_tokens(60, seed=seed)
+        plain = m.generate(prompt, max_tokens=80, temperature=0, spec_n_max=0, cache_prompt=False).tokens
+        assert m.generate(prompt, max_tokens=80, temperature=0, cache_prompt=False).tokens == plain, seed
+
+
+def test_a_placed_model_routing_several_experts_gives_the_cpu_logits(wide_k4_q8_0, devices):
+    """A device routes with ggml's standard ops (sigmoid, argsort top-k, get_rows, sum_rows); the CPU with this
+    project's op (graph/select_ops.h). Their weights must agree to the bit: from 3 experts per token a sum rounded
+    differently changes a weight's last bit, and a q8_0 file's activation rounding carries that to the logits
+    (0.024 here, 2.6 on the bench preset, before the CPU op summed as ggml does)."""
+    from glm5next_runtime import Model
+    path = wide_k4_q8_0
+    prompt = random_tokens(24, seed=9)
+    cpu = Model(path, n_ctx=128, n_threads=2).eval(prompt, logits_all=True)
+    placed = Model(path, n_ctx=128, n_threads=2, n_gpu_layers=99, devices=[device_name(devices[0])])
+    assert np.abs(placed.eval(prompt, logits_all=True) - cpu).max() <= 1e-5
