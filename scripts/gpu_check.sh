@@ -2,7 +2,7 @@
 # The GPU path in one short run (issue 26; docs/runtime.md, placement and devices): on a machine with a GPU, the
 # bench preset (q8_0) fully offloaded (-ngl 99) and with the routed experts on the CPU (-ngl 99 --cpu-moe):
 #   1. glm5next-bench: pp512 and tg32 with and without draft-MTP (3 drafts at a synthetic acceptance of 2.5), and the
-#      graph splits, bytes and copy time crossing devices per decode token, verify pass and prefill ubatch;
+#      graph splits, bytes and copy time crossing devices per decode token, verify pass, prefill ubatch and draft step;
 #   2. a draft-MTP round on the placed model: the splits of its draft step and verify pass, the bytes the scheduler
 #      copied between devices, its time against a decode step's, and greedy draft-MTP against plain decoding.
 # What a user should see on a GPU (the issue's bounds): a decode token, a draft step and a verify pass in 2 splits

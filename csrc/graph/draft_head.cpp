@@ -42,10 +42,15 @@ void build_draft_graph(DraftGraph & g, ggml_context * ctx, const Model & model, 
         ggml_tensor * eh = ggml_concat(ctx, b.rms(embd, w.enorm), b.rms(hidden, w.hnorm), 0);
         ggml_tensor * u = b.mm(w.eh_proj, eh);
 
+        // a shared step's reused selection: its rows from the saved pools, with this project's CPU ops on the CPU,
+        // else with ggml's standard ops where the layer runs (graph/select_std.h: no round trip to the CPU)
         std::vector<Selection> sels(group.parts.size());
         for (size_t p = 0; p < group.parts.size(); ++p) {
             if (g.inp_saved_pools[first + p]) {
-                sels[p] = Selection{g.inp_saved_pools[first + p]->t, &group.parts[p]->kpool_saved};
+                GraphPart & part = *group.parts[p];
+                const bool std_ops = !on_cpu(w.eh_proj);
+                if (std_ops && !part.kpool_rows) part.kpool_rows.emplace(ctx, part.n_rows);
+                sels[p] = Selection{g.inp_saved_pools[first + p]->t, &part.kpool_saved, std_ops};
             }
         }
         if (group.n_out == 0) {  // rows only: their cache rows are written, nothing else is read
@@ -97,7 +102,7 @@ void DraftGraph::set_inputs(const float * hidden, const int32_t * tokens, const 
         p.kpool_saved.n_past = saved_p0.at(i);
         p.cache_rows->set_input(p.kpool.n_past);
         if (inp_saved_pools[i]) inp_saved_pools[i]->set_input(saved_pools.at(i));
-        if (p.kpool_rows) p.kpool_rows->set_input(p.kpool);
+        if (p.kpool_rows) p.kpool_rows->set_input(inp_saved_pools[i] ? p.kpool_saved : p.kpool);
         ++i;
     }
     i = 0;

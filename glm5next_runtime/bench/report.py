@@ -55,7 +55,9 @@ def _traffic_table(report: dict[str, Any]) -> str:
     first_tps = {kind: next((r[OURS]["tps_median"] for r in report["rows"] if r["test"].startswith(kind)), None)
                  for kind in ("pp", "tg")}
     lines = []
-    for graph, kind in (("decode", "tg"), ("verify4", None), ("prefill", "pp")):
+    for graph, kind in (("decode", "tg"), ("verify4", None), ("prefill", "pp"), ("draft step", None)):
+        if graph not in traffic:
+            continue
         t = traffic[graph]
         tps = first_tps.get(kind) if kind else None
         share = f"{100 * t['copy_seconds'] * tps / t['rows']:.1f}%" if tps else "-"

@@ -295,3 +295,25 @@ def test_a_placed_model_routing_several_experts_gives_the_cpu_logits(wide_k4_q8_
     cpu = Model(path, n_ctx=128, n_threads=2).eval(prompt, logits_all=True)
     placed = Model(path, n_ctx=128, n_threads=2, n_gpu_layers=99, devices=[device_name(devices[0])])
     assert np.abs(placed.eval(prompt, logits_all=True) - cpu).max() <= 1e-5
+
+
+def test_a_fully_offloaded_round_stays_on_the_device(predictable_gguf, devices):
+    """Issue 26's splits: on a model placed whole on a device, a decode token, every draft step (a shared one reads
+    step 0's pools with ggml's standard ops there, graph/select_std.h) and a verify pass run in 2 graph splits
+    (the token embeddings' rows come from the CPU, the logits go back); before, a shared step took 6 (its rows and
+    mask from this project's CPU ops)."""
+    from glm5next_runtime import Model
+    m = Model(predictable_gguf, n_ctx=256, n_threads=2, n_gpu_layers=99, devices=[device_name(devices[0])],
+              spec_type="draft-mtp", draft_n_max=3, draft_adaptive=False)
+    g = m.generator(n_max=3, temperature=0)
+    g.start(PROMPT)
+    for _ in range(3):
+        g.step(1)  # one token: no drafts
+        assert m.graph_splits == 2
+        g.begin_draft()
+        steps = [m.graph_splits]
+        while g.draft_next() >= 0:
+            steps.append(m.graph_splits)
+        assert len(steps) == 4 and steps == [2] * 4
+        g.verify(3)
+        assert m.graph_splits == 2
