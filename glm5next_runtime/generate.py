@@ -25,7 +25,8 @@ def end_of_generation_ids(tokenizer: Tokenizer) -> list[int]:
 class TokenLogprob(NamedTuple):
     """The target model's log-probabilities at one generated token (csrc/runtime/token_probs.h): the natural-log
     softmax of the raw logits of the row that produced it, before the sampler's filters and temperature (the same
-    with draft-MTP on and off: the verify pass has the rows).
+    with draft-MTP on and off: the verify pass has the rows); with post_sampling_probs, the log of the distribution
+    the sampler drew it from instead (its filters, temperature, logit bias and grammar applied).
 
     token: the generated id; logprob: its log-probability (<= 0); top: the N most probable tokens at its position
     as (id, logprob), most probable first (ties: lower id first); N as asked (Model.generate's logprobs), at most

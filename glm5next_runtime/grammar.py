@@ -17,7 +17,8 @@ With draft-MTP, a round (Constraint.step) drafts under the grammar: each draft s
 before it (a lookahead on a copy of the matcher), so every draft is one the grammar allows; the target verifies
 the drafts with the same masks (_core.Generator.verify: disallowed logits -inf), and the matcher
 consumes what was emitted. Drafting without the masks and cutting the drafts at the first one the grammar refuses
-(also exact: verify samples the cut row from the residual) accepted far fewer: on the bundled model with a JSON
+(also exact: verify samples the cut row as plain decoding would, or from the residual under spec_sampling
+"rejection") accepted far fewer: on the bundled model with a JSON
 schema of 6 records, 214 of 232 lost drafts were cut by the grammar (f16) and the mean accepted length was 1.36
 (q8_0); drafted under the masks, 2.64 (2.75 without a grammar on the same prompt; scripts/bench_grammar.py).
 """

@@ -367,7 +367,8 @@ class Model:
             same with and without speculation). grammar: llama.cpp's GBNF (root rule `root`) or llguidance's
             Lark (`start`), or a compiled Grammar; json_schema: a JSON schema (dict or JSON text; true or {}: any
             JSON value). The text is complete when the model ends it (an end token, allowed only there); max_tokens
-            can cut it short (finish_reason "length"). logprobs stay the model's own, before the grammar.
+            can cut it short (finish_reason "length"). logprobs stay the model's own, before the grammar (unless
+            post_sampling_probs: the sampler's, after it).
         logit_bias: {token id: bias} or [(token id, bias)], added to the target's logits (and the draft head's)
             before sampling; -inf bans a token. A token listed twice gets both.
         Generation also ends at an eos / eot / eom token (not returned) and before the context overflows.

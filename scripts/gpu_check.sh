@@ -24,7 +24,7 @@ VENV="${VENV:-.venv}"
 PY="$VENV/bin/python"
 DIR="${GPU_CHECK_DIR:-/tmp/glm5next-gpu-check}"
 RPC=""
-THREADS="$(nproc)"
+THREADS="$(nproc 2>/dev/null || sysctl -n hw.ncpu)"
 while [ $# -gt 0 ]; do
     case "$1" in
         --rpc) RPC="$2"; shift 2 ;;
@@ -44,8 +44,13 @@ elif [ "$RPC" = local ]; then
     RPC="127.0.0.1:$((50100 + RANDOM % 800))"
     mkdir -p "$DIR"
     "$VENV/bin/glm5next-rpc-server" --host "${RPC%:*}" --port "${RPC#*:}" -t "$THREADS" >"$DIR/rpc.log" 2>&1 &
-    trap 'kill $! 2>/dev/null || true' EXIT
-    sleep 2
+    RPC_PID=$!
+    trap 'kill "$RPC_PID" 2>/dev/null || true' EXIT
+    for _ in 1 2 3 4 5 6 7 8 9 10; do
+        "$PY" -c "import socket, sys; socket.create_connection(('${RPC%:*}', ${RPC#*:}), 1)" 2>/dev/null && break
+        kill -0 "$RPC_PID" 2>/dev/null || { echo "gpu_check.sh: glm5next-rpc-server did not start ($DIR/rpc.log)" >&2; exit 1; }
+        sleep 1
+    done
 fi
 
 mkdir -p "$DIR"
@@ -62,7 +67,7 @@ rpc_args=()
 for placement in "-ngl 99" "-ngl 99 --cpu-moe"; do
     echo "== glm5next-bench $placement"
     # shellcheck disable=SC2086
-    "$VENV/bin/glm5next-bench" -m "$MODEL" -t "$THREADS" $placement "${rpc_args[@]}" -p 512 -n 32 -r 2 \
+    "$VENV/bin/glm5next-bench" -m "$MODEL" -t "$THREADS" $placement ${rpc_args[@]+"${rpc_args[@]}"} -p 512 -n 32 -r 2 \
         --spec-n-max 3 --spec-accept 2.5
 done
 
@@ -85,7 +90,7 @@ def same(m, plain, spec):
     the other way; on the CPU they are (docs/runtime.md, draft-MTP round)."""
     if spec == plain:
         return "yes"
-    i = next(i for i, (a, b) in enumerate(zip(plain, spec)) if a != b)
+    i = next((i for i, (a, b) in enumerate(zip(plain, spec)) if a != b), min(len(plain), len(spec)))
     m.reset()
     row = m.eval(prompt + plain[:i])
     top = sorted(row.tolist(), reverse=True)

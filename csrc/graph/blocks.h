@@ -39,7 +39,8 @@ struct Selection {
 };
 
 // Up to this many rows per ubatch, attention gathers each row's selected keys (cost ~ index_topk per row); above
-// it, one masked pass over every cached row serves all rows at once, until the context holds kSparseMinKeyRatio
+// it, on the CPU one masked pass over every cached row serves all rows at once (a layer on another device gathers:
+// the mask has a CPU kernel only, BlockBuilder::attend), until the context holds kSparseMinKeyRatio
 // times the rows a query selects: from there a prefill ubatch gathers too (sparse prefill: its cost stays
 // ~index_topk per row at any depth instead of growing with it). On the CPU the selected rows are read where the
 // cache holds them (graph/sparse_attention_ops.h); with ggml's standard ops (a layer on another device) they are
@@ -51,7 +52,7 @@ constexpr int64_t kGatherChunkBytes = 64ll << 20;
 constexpr int64_t kGatherMaxChunks = 16;
 constexpr int64_t kGatherChunkRows = 64;
 
-// Ubatches of up to this many rows multiply row by row on the CPU (BlockBuilder::mm: batch-invariant verify passes).
+// Ubatches of up to this many rows multiply row by row (BlockBuilder::mm: batch-invariant verify passes).
 constexpr int64_t kInvariantMaxRows = kGatherMaxRows;
 
 // The most keys (n_past + ubatch rows) a ubatch of more than kGatherMaxRows rows attends densely; past it, it

@@ -13,7 +13,8 @@ namespace glm5next {
 // The ggml backend that runs `dev`'s kernels: its registry's name ("CPU", "CUDA", "ROCm", "MUSA", "Vulkan", "Metal",
 // ...). ggml's RPC client cannot ask its server which backend serves it (its supports_op answers true for every op),
 // so for an RPC device this is the environment's GLM5NEXT_RPC_BACKEND when set (e.g. "CUDA" for rpc-servers on
-// NVIDIA GPUs), else "RPC".
+// NVIDIA GPUs; it applies to every RPC device: one on a CPU is then limited too, which costs splits, not results),
+// else "RPC".
 std::string kernel_backend(ggml_backend_dev_t dev);
 
 // Whether `backend`'s gated_delta_net kernel (KDA's recurrence) takes a head size of head_dim. ggml-cuda's (also

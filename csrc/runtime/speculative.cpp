@@ -234,7 +234,8 @@ int32_t Generator::finish_prompt(const uint32_t * mask) {
 
 TokenProbs Generator::probs_of(const float * raw, const float * row, int32_t token) {
     const int64_t n_vocab = engine_.n_vocab();
-    if (!post_sampling_probs_) return token_probs(raw, n_vocab, token, n_probs_);
+    // synthetic acceptance (benchmarks) keeps drafts the sampler may give no probability: the model's figures then
+    if (!post_sampling_probs_ || spec_.synthetic_accepted >= 0) return token_probs(raw, n_vocab, token, n_probs_);
     sampler_.distribution(row, n_vocab, probs_p_);
     return sampled_token_probs(probs_p_, token, n_probs_);
 }

@@ -227,17 +227,30 @@ def test_no_logprobs_unless_asked(server):
         assert all(c["choices"][0]["logprobs"] is None for c in chunks if c["choices"])
 
 
-@pytest.mark.parametrize("endpoint", ["/completion", "/v1/chat/completions"])
+@pytest.mark.parametrize("endpoint", ["/completion", "/completion stream", "/v1/completions", "/v1/chat/completions"])
 def test_post_sampling_probs_are_the_samplers_as_llama_server_shows_them(server, model, endpoint):
     """post_sampling_probs (llama-server's): each token's `prob` and `top_probs` are the distribution the sampler
     drew it from, the Python API's post_sampling_probs entries; at most the tokens that survive top_k, summing to 1
-    when fewer than asked (their test_n_probs_post_sampling)."""
+    when fewer than asked (their test_n_probs_post_sampling); whole and streamed; the legacy completions fields keep
+    their natural logs."""
     sampler = {"temperature": 1.0, "top_k": 3, "top_p": 1.0, "min_p": 0.0, "seed": 11}
+    want = model.generate(PROMPT, max_tokens=N, logprobs=10, post_sampling_probs=True, **sampler).logprobs
+    status = 200
     if endpoint == "/completion":
-        want = model.generate(PROMPT, max_tokens=N, logprobs=10, post_sampling_probs=True, **sampler).logprobs
         status, out = post_json(server, endpoint, {"prompt": PROMPT, "n_predict": N, "n_probs": 10,
                                                    "post_sampling_probs": True} | sampler)
         got = out["completion_probabilities"]
+    elif endpoint == "/completion stream":
+        chunks = sse(server, "/completion", {"prompt": PROMPT, "n_predict": N, "n_probs": 10, "stream": True,
+                                             "post_sampling_probs": True} | sampler)
+        got = [e for c in chunks for e in c.get("completion_probabilities", [])]
+        want = want[:len(got)]  # tokens after the last text piece are in no chunk (as in llama-server)
+    elif endpoint == "/v1/completions":
+        status, out = post_json(server, endpoint, {"prompt": PROMPT, "max_tokens": N, "logprobs": 10,
+                                                   "post_sampling_probs": True} | sampler)
+        legacy = out["choices"][0]["logprobs"]
+        got = legacy["content"]
+        assert legacy["token_logprobs"] == pytest.approx([w.logprob for w in want], abs=1e-6)
     else:
         status, out = post_json(server, endpoint, {"messages": MESSAGES, "max_tokens": N, "logprobs": True,
                                                    "top_logprobs": 10, "post_sampling_probs": True} | sampler)
