@@ -305,10 +305,7 @@ ggml_tensor * BlockBuilder::attend(ggml_tensor * q_abs, const LayerWeights & w, 
                                    Selection & sel, bool * kqv_out) const {
     const int64_t nope = hp.head_k_mla, kvr = hp.kv_lora_rank, n = part.n_rows;
     *kqv_out = false;
-    // gathered from the whole cache: the rows are inputs of the step (no n_past in the graph). A prompt ubatch on a
-    // device (a selection of ggml's standard ops) gathers too, as sparse prefill does, rather than one masked dense
-    // pass: its mask has a CPU kernel only (kpool_mask), which cost two crossings per DSA layer (issue 26)
-    if (part.layout.n_kv == 0 || sel.std_ops) {
+    if (part.layout.n_kv == 0) {  // gathered from the whole cache: the rows are inputs of the step (no n_past in the graph)
         ggml_tensor * latent = c.latent;
         if (sel.rows == nullptr && sel.std_ops) {
             part.kpool_rows->add_tail(ctx, hp);

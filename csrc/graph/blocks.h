@@ -39,11 +39,12 @@ struct Selection {
 };
 
 // Up to this many rows per ubatch, attention gathers each row's selected keys (cost ~ index_topk per row); above
-// it, on the CPU one masked pass over every cached row serves all rows at once (a layer on another device gathers:
-// the mask has a CPU kernel only, BlockBuilder::attend), until the context holds kSparseMinKeyRatio
-// times the rows a query selects: from there a prefill ubatch gathers too (sparse prefill: its cost stays
-// ~index_topk per row at any depth instead of growing with it). On the CPU the selected rows are read where the
-// cache holds them (graph/sparse_attention_ops.h); with ggml's standard ops (a layer on another device) they are
+// it, one masked pass over every cached row serves all rows at once (its mask made on the CPU, kpool_mask, also for a
+// layer on another device: gathering there instead gave 0.81-0.89x the prefill rate over RPC, bench preset q8_0,
+// pp512), until the context holds kSparseMinKeyRatio times the rows a query selects: from there a prefill ubatch
+// gathers too (sparse prefill: its cost stays ~index_topk per row at any depth instead of growing with it). On the
+// CPU the selected rows are read where the cache holds them (graph/sparse_attention_ops.h); with ggml's standard
+// ops (a layer on another device) they are
 // copied out, in chunks of at most kGatherChunkRows rows whose gathered keys take at most kGatherChunkBytes, or in
 // kGatherMaxChunks chunks when that makes them longer (the graph's node budget, graph_size).
 constexpr int64_t kGatherMaxRows = 16;
