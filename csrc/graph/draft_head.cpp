@@ -33,7 +33,8 @@ void build_draft_graph(DraftGraph & g, ggml_context * ctx, const Model & model, 
         const int64_t T = group.n_rows;
         if (group.n_out > 0) group.row_scale.emplace(ctx, hp, T);  // (rows only: no attention to scale)
         BlockBuilder b(ctx, g.gf, hp, g.params, group);
-        b.use_cpu_kernels(on_cpu(w.eh_proj));
+        const bool cpu = on_cpu(w.eh_proj);
+        b.use_cpu_kernels(cpu);
 
         // u = eh_proj [RMSNorm_e(E[x_{p+1}]); RMSNorm_h(h_p)], embedding half first
         ggml_tensor * tokens = rows_view(ctx, g.inp_tokens->t, 0, group.row0, T);
@@ -48,9 +49,8 @@ void build_draft_graph(DraftGraph & g, ggml_context * ctx, const Model & model, 
         for (size_t p = 0; p < group.parts.size(); ++p) {
             if (g.inp_saved_pools[first + p]) {
                 GraphPart & part = *group.parts[p];
-                const bool std_ops = !on_cpu(w.eh_proj);
-                if (std_ops && !part.kpool_rows) part.kpool_rows.emplace(ctx, part.n_rows);
-                sels[p] = Selection{g.inp_saved_pools[first + p]->t, &part.kpool_saved, std_ops};
+                if (!cpu && !part.kpool_rows) part.kpool_rows.emplace(ctx, part.n_rows);
+                sels[p] = Selection{g.inp_saved_pools[first + p]->t, &part.kpool_saved, !cpu};
             }
         }
         if (group.n_out == 0) {  // rows only: their cache rows are written, nothing else is read
@@ -92,6 +92,10 @@ void build_draft_graph(DraftGraph & g, ggml_context * ctx, const Model & model, 
     }
 }
 
+const KpoolParams & DraftGraph::selected_at(const GraphPart & p, size_t i) const {
+    return inp_saved_pools[i] ? p.kpool_saved : p.kpool;
+}
+
 void DraftGraph::set_inputs(const float * hidden, const int32_t * tokens, const std::vector<int64_t> & pos0,
                             const std::vector<const int32_t *> & saved_pools, const std::vector<int64_t> & saved_p0) {
     inp_hidden->set_input(hidden);
@@ -102,13 +106,13 @@ void DraftGraph::set_inputs(const float * hidden, const int32_t * tokens, const 
         p.kpool_saved.n_past = saved_p0.at(i);
         p.cache_rows->set_input(p.kpool.n_past);
         if (inp_saved_pools[i]) inp_saved_pools[i]->set_input(saved_pools.at(i));
-        if (p.kpool_rows) p.kpool_rows->set_input(inp_saved_pools[i] ? p.kpool_saved : p.kpool);
+        if (p.kpool_rows) p.kpool_rows->set_input(selected_at(p, i));
         ++i;
     }
     i = 0;
     for (const RowGroup & group : parts.groups) {
         for (const GraphPart * p : group.parts) {
-            if (group.row_scale) group.row_scale->set_input(inp_saved_pools[i] ? p->kpool_saved : p->kpool, p->row0, p->n_rows);
+            if (group.row_scale) group.row_scale->set_input(selected_at(*p, i), p->row0, p->n_rows);
             ++i;
         }
         group.set_out_rows();

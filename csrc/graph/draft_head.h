@@ -44,6 +44,10 @@ struct DraftGraph {
     // for a part that reuses a selection, saved_pools[i] [n_top_pool] made by row saved_p0[i] (ignored otherwise).
     void set_inputs(const float * hidden, const int32_t * tokens, const std::vector<int64_t> & pos0,
                     const std::vector<const int32_t *> & saved_pools, const std::vector<int64_t> & saved_p0);
+
+private:
+    // The position part p (the i-th) selects at: the row that made its reused selection, else its own rows.
+    const KpoolParams & selected_at(const GraphPart & p, size_t i) const;
 };
 
 // Builds the graph of `rows` (one entry per sequence; few-row parts first, as build_trunk_graph). `w` is the NextN

@@ -118,9 +118,9 @@ void moe_route_op(ggml_tensor * dst, int ith, int nth, void * userdata) {
         top_k_indices(choice.data(), cand, k, best);
         // the chosen weights' sum in double, rounded once: ggml's CPU sum_rows (ggml_vec_sum_f32), which a layer
         // on an RPC device of a CPU (BlockBuilder::route, ggml's standard ops) and llama.cpp use; a GPU's kernel
-        // may sum otherwise (not measured). A float sum rounds after every term: from 3 experts
-        // on it can differ in the last bit, and a q8_0 file's activation rounding can carry that into the logits
-        // (measured: 2.6 on the bench preset, placed against the CPU, before this)
+        // may sum otherwise (not measured). A float sum rounds after every term: from 3 experts on it can differ
+        // in the last bit, and a q8_0 file's activation rounding can carry that into the logits (measured: 2.6 on
+        // the bench preset, placed against the CPU, before this)
         double sum = 0.0;
         for (int32_t e : best) sum += (double) s[e];
         const float norm = (float) sum;
