@@ -96,10 +96,10 @@ class Model:
             draft_n_max every round (its output reproducible, not timing-dependent) unless generator(adaptive=True)
             asks otherwise; False: draft_n_max every round always.
         spec_sampling: how drafts are kept when the sampler draws (temperature > 0; _core.Generator's sampled_accept,
-            docs/runtime.md, draft-MTP round): "match" (llama.cpp's rule: the drafts are the draft head's argmax,
-            kept while equal to the token the target draws as plain decoding would, so a seed gives plain decoding's
-            tokens) or "rejection" (speculative sampling: the same distribution, more drafts kept at high
-            temperature, other tokens than plain decoding).
+            docs/runtime.md, draft-MTP round): "rejection" (the default, speculative sampling: the same distribution,
+            far more drafts kept than under match, other tokens than plain decoding) or "match" (llama.cpp's rule:
+            the drafts are the draft head's argmax, kept while equal to the token the target draws as plain decoding
+            would, so a seed gives plain decoding's tokens).
         spec_index_share: "auto" (the file's index_share_for_mtp_iteration), "on" or "off".
         spec_draft_type: "auto" (the draft layer's weights as stored), "q8_0" or "q4_0" (requantized at load).
         draft_model: a separate draft file (converted with --mtp-only) whose NextN layer drafts for this trunk.
@@ -127,7 +127,7 @@ class Model:
                  override_kv: Sequence[str] = (), n_gpu_layers: int = 0, cpu_moe: bool = False, n_cpu_moe: int = 0,
                  override_tensor: Sequence[str] = (), spec_type: str | None = None, draft_n_max: int = DRAFT_N_MAX,
                  draft_n_min: int = 0, draft_p_min: float = 0.0, draft_adaptive: bool = True,
-                 spec_sampling: str = "match", spec_index_share: str = "auto",
+                 spec_sampling: str = "rejection", spec_index_share: str = "auto",
                  spec_draft_type: str = "auto", draft_model: str | os.PathLike | None = None,
                  rpc: Sequence[str] = (), devices: Sequence[str] | None = None, split_mode: str = "layer",
                  tensor_split: Sequence[float] | None = None, main_gpu: int = 0, draft_device: str | None = None,

@@ -101,12 +101,12 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                         "greedy output is unchanged, and so is sampled output with --spec-sampling match; under "
                         "rejection a request that samples with a fixed seed drafts --spec-draft-n-max every round "
                         "(reproducible output). off: --spec-draft-n-max every round always (on)")
-    p.add_argument("--spec-sampling", choices=SPEC_SAMPLING, default="match",
-                   help="how drafts are kept when sampling (temperature > 0): match, llama.cpp's rule (the draft "
-                        "head's argmax, kept while it equals the token the target draws: a seed gives the tokens of "
-                        "decoding without drafts), or rejection, speculative sampling (kept with probability "
-                        "min(1, p/q): the same distribution, more drafts kept at high temperature, other tokens) "
-                        "(match)")
+    p.add_argument("--spec-sampling", choices=SPEC_SAMPLING, default="rejection",
+                   help="how drafts are kept when sampling (temperature > 0): rejection, speculative sampling "
+                        "(kept with probability min(1, p/q): the same distribution, far more drafts kept than match, "
+                        "other tokens than decoding without drafts), or match, llama.cpp's rule (the draft head's "
+                        "argmax, kept while it equals the token the target draws: a seed gives the tokens of decoding "
+                        "without drafts, as llama-server) (rejection)")
     p.add_argument("--spec-draft-type", choices=DRAFT_TYPES, default="auto",
                    help="weight type of the draft layer: auto (as stored) or requantized at load (q8_0, q4_0)")
     p.add_argument("--spec-index-share", choices=list(INDEX_SHARE), default="auto",

@@ -28,7 +28,9 @@ How it adapts their suite, without editing their files:
   --help is dropped and logged (so a missing flag costs the tests that need its effect, not every test), as are
   flags with no meaning here (NO_MEANING). No --spec-type means llama-server's default, no speculation:
   `--spec-type none`; any draft type becomes draft-mtp (the file's NextN layer is the draft), with
-  `--spec-draft-adaptive off`: llama-server drafts n_max every round, so their tests count drafts of fixed lengths.
+  `--spec-draft-adaptive off` and `--spec-sampling match`: llama-server drafts n_max every round, so their tests
+  count drafts of fixed lengths, and keeps a sampled draft while it equals the target's draw, so a seed gives the
+  tokens of decoding without drafts (test_with_and_without_draft).
 - `--source TREE` serves another checkout's Python (e.g. a `git worktree` of an older commit) with the installed
   native extension: the editable install's import hook is turned off for that server (SKBUILD_EDITABLE_SKIP) and
   TREE goes first on PYTHONPATH; TREE/glm5next_runtime needs the extension there (a symlink to the installed
@@ -325,6 +327,8 @@ def translate(argv: list[str], model: str, known: set[str], builtin: set[str]) -
     out += ["--spec-type", spec_type or "none"]
     if spec_type == "draft-mtp" and "--spec-draft-adaptive" in known:  # llama-server drafts n_max every round
         out += ["--spec-draft-adaptive", "off"]
+    if spec_type == "draft-mtp" and "--spec-sampling" in known:  # and keeps a sampled draft while it matches
+        out += ["--spec-sampling", "match"]
     if "--threads" not in argv and "-t" in known:
         out += ["-t", os.environ.get(ENV_PREFIX + "THREADS", "1")]
     return out, notes

@@ -98,7 +98,7 @@ for a seed, or speculative sampling's rejection).)doc")
              }),
              py::arg("sequence"), py::arg("n_max") = 3, py::arg("n_min") = 0, py::arg("p_min") = 0.0f,
              py::arg("index_share") = -1, py::arg("synthetic_accepted") = -1.0f, py::arg("adaptive") = true,
-             py::arg("sampled_accept") = "match",
+             py::arg("sampled_accept") = "rejection",
              py::arg("temperature") = 0.8f, py::arg("top_k") = 40, py::arg("top_p") = 0.95f, py::arg("min_p") = 0.05f,
              py::arg("seed") = 0, py::arg("n_probs") = -1, py::arg("post_sampling_probs") = false,
              py::arg("logit_bias") = std::vector<std::pair<int32_t, float>>(), py::arg("policy") = nullptr,
@@ -110,7 +110,7 @@ for a seed, or speculative sampling's rejection).)doc")
              "drafting does not pay; greedy output, and sampled output under match, is the same; under rejection a "
              "seeded sample then depends on timing), False: n_max every round; sampled_accept (temperature > 0): "
              "\"match\", drafts are the draft head's argmax, kept while they equal the token the target draws as "
-             "plain decoding draws it (llama.cpp's rule: a seed gives plain decoding's tokens), or \"rejection\", "
+             "plain decoding draws it (llama.cpp's rule: a seed gives plain decoding's tokens), or \"rejection\" (the default), "
              "speculative sampling (d ~ q kept with probability min(1, p/q), else a residual token: more drafts kept, "
              "the same distribution, other tokens). Raises ValueError for speculation without a NextN layer, "
              "n_max >= n_batch, an unknown sampled_accept, or bad sampler settings. n_probs >= 0: "

@@ -341,12 +341,12 @@ def sample(model, prompt, n, **kw):
     return out, g.stats
 
 
-def test_seeded_sampling_under_rejection_drafts_n_max_every_round_and_reproduces(model, checkpoints):
-    """Under spec_sampling "rejection", sampled output depends on the draft lengths: with a seed it must not depend
-    on timing, so every round drafts n_max (but the last rounds, which the token limit cuts short: one at most per
-    shorter length), and the same seed gives the same tokens."""
-    from glm5next_runtime import Model
-    rejection = Model(model.path, n_ctx=512, n_threads=2, draft_n_max=3, spec_sampling="rejection")
+def test_seeded_sampling_under_rejection_drafts_n_max_every_round_and_reproduces(model):
+    """Under spec_sampling "rejection" (the default), sampled output depends on the draft lengths: with a seed it must
+    not depend on timing, so every round drafts n_max (but the last rounds, which the token limit cuts short: one at
+    most per shorter length), and the same seed gives the same tokens."""
+    rejection = model
+    assert model.spec["sampled_accept"] == "rejection"
     prompt = random_tokens(40, seed=11)
     first, stats = sample(rejection, prompt, 60, seed=3)
     rounds = stats["rounds_at_length"]
@@ -355,8 +355,10 @@ def test_seeded_sampling_under_rejection_drafts_n_max_every_round_and_reproduces
 
 
 def test_seeded_sampling_under_match_adapts_and_emits_plain_decodings_tokens(model):
-    """Under spec_sampling "match" (the default) a seeded sample is plain decoding's whatever the draft lengths, so
-    the lengths stay adaptive (a policy decides them) and the tokens equal those of the same seed without drafts."""
+    """Under spec_sampling "match" a seeded sample is plain decoding's whatever the draft lengths, so the lengths stay
+    adaptive (a policy decides them) and the tokens equal those of the same seed without drafts."""
+    from glm5next_runtime import Model
+    model = Model(model.path, n_ctx=512, n_threads=2, draft_n_max=3, spec_sampling="match")
     prompt = random_tokens(40, seed=11)
     assert model.generator(temperature=0.8, seed=3).policy is not None
     tokens, stats = sample(model, prompt, 60, seed=3)

@@ -127,14 +127,19 @@ def test_no_logprobs_unless_asked_and_a_negative_count_is_refused(model):
         model.generate(PROMPT, max_tokens=4, logprobs=-1)
 
 
-@pytest.mark.parametrize("n_max", [0, 3])
-def test_post_sampling_probs_are_the_samplers_distribution_at_each_position(model, n_max):
+@pytest.mark.parametrize("n_max, spec_sampling", [(0, None), (3, "match"), (3, "rejection")])
+def test_post_sampling_probs_are_the_samplers_distribution_at_each_position(model, predictable_gguf, n_max,
+                                                                            spec_sampling):
     """llama-server's post_sampling_probs: the distribution the token was drawn from (top_k 3, temperature 1.5),
-    the same with draft-MTP on and off; its top holds only the tokens that survived the filters."""
-    from glm5next_runtime import _core
+    with draft-MTP on and off (under spec_sampling "match", whose seeded tokens are plain decoding's, the same
+    entries); its top holds only the tokens that survived the filters."""
+    from glm5next_runtime import Model, _core
     settings = dict(temperature=1.5, top_k=3, top_p=1.0, min_p=0.0)
+    if spec_sampling is not None:
+        model = Model(predictable_gguf, n_ctx=256, n_threads=2, spec_sampling=spec_sampling)
     tokens, probs = run(model, n_max, 24, post_sampling_probs=True, seed=7, **settings)
-    assert (tokens, probs) == run(model, 0 if n_max else 3, 24, post_sampling_probs=True, seed=7, **settings)
+    if spec_sampling == "match":
+        assert (tokens, probs) == run(model, 0, 24, post_sampling_probs=True, seed=7, **settings)
     model.reset()
     rows = model.eval(PROMPT + tokens[:-1], logits_all=True)[len(PROMPT) - 1:]
     dist = _core.Sampler(**settings, seed=0)

@@ -134,9 +134,12 @@ def test_sampling_keeps_the_target_distribution(checkpoints, spec_sampling):
 
 @pytest.mark.parametrize("temperature", [0.3, 0.8, 1.5])
 def test_seeded_sampling_emits_plain_decodings_tokens_under_match(model, temperature):
-    """spec_sampling "match" (the default, llama.cpp's rule): a seeded sampled generation with drafts emits the tokens
-    the same seed gives without drafts (llama-server's test_with_and_without_draft), drafts being kept. The same
-    seeds under "rejection" keep the distribution but not the tokens: that is what this rule is for."""
+    """spec_sampling "match" (llama.cpp's rule, llama-server's behaviour): a seeded sampled generation with drafts emits
+    the tokens the same seed gives without drafts (llama-server's test_with_and_without_draft), drafts being kept. The
+    same seeds under "rejection" (the default) keep the distribution but not the tokens: that is what this rule is
+    for."""
+    from glm5next_runtime import Model
+    model = Model(model.path, n_ctx=512, n_threads=2, draft_adaptive=False, spec_sampling="match")
     settings = dict(temperature=temperature, top_k=40, top_p=0.95, min_p=0.05)
     accepted = 0
     for seed, prompt in enumerate(PROMPTS):
