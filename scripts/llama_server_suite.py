@@ -494,7 +494,7 @@ def run(args: argparse.Namespace) -> int:
                   ENV_PREFIX + "RUN_DIR": str(run_dir)})
     if args.source:
         env[ENV_PREFIX + "SOURCE"] = str(Path(args.source).resolve())
-    files = args.files or sorted(p.name for p in (tests / "unit").glob("test_*.py"))
+    files = [Path(f).name for f in args.files] or sorted(p.name for p in (tests / "unit").glob("test_*.py"))
     for name in files:
         cmd = [sys.executable, "-m", "pytest", "-p", "llama_server_suite", "-p", "no:cacheprovider", "-q",
                "-o", "addopts=", "--rootdir", str(tests), f"unit/{name}"] + (["-k", args.k] if args.k else [])
@@ -552,7 +552,7 @@ def main(argv: list[str] | None = None) -> int:
                       sorted(p.name[:-len(".log")] for p in run_dir.glob("test_*.py.log")), run_dir,
                       argv[2] if len(argv) > 2 else None)
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("files", nargs="*", help="test files under unit/ (default: all)")
+    p.add_argument("files", nargs="*", help="test files under unit/, by name or as unit/NAME (default: all)")
     p.add_argument("--tests", default=str(DEFAULT_TESTS), help=f"their tools/server/tests directory ({DEFAULT_TESTS})")
     p.add_argument("--model", help="the GGUF to serve (default: the demo model, converted once)")
     p.add_argument("--source", help="serve this checkout's Python instead of the installed one")
