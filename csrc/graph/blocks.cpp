@@ -330,7 +330,13 @@ ggml_tensor * BlockBuilder::attend(ggml_tensor * q_abs, const LayerWeights & w, 
         return o;
     }
     const int64_t n_kv = part.layout.n_kv;
-    if (sel.mask == nullptr) {
+    if (sel.mask == nullptr && sel.std_ops) {  // made where the layer runs (issue 26: a CPU op cost 6 more splits)
+        if (sel.at->select_tail && part.tail_keys == nullptr) {
+            part.tail_keys = kpool_tail_keys_std(ctx, part.kpool_rows->n_cand, hp.idx_kpool, n_kv);
+        }
+        sel.mask = kpool_mask_std(ctx, sel.pools, part.kpool_rows->n_cand, part.tail_keys, hp.idx_kpool,
+                                  part.layout.n_pool, n_kv);
+    } else if (sel.mask == nullptr) {
         sel.mask = kpool_mask(ctx, sel.pools, n_kv, sel.at);
     }
     ggml_tensor * latent = widened(ggml_view_2d(ctx, c.latent, kvr, n_kv, c.latent->nb[1], 0));

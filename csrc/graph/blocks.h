@@ -39,9 +39,9 @@ struct Selection {
 };
 
 // Up to this many rows per ubatch, attention gathers each row's selected keys (cost ~ index_topk per row); above
-// it, one masked pass over every cached row serves all rows at once (its mask made on the CPU, kpool_mask, also for a
-// layer on another device: gathering there instead gave 0.81-0.89x the prefill rate over RPC, bench preset q8_0,
-// pp512), until the context holds kSparseMinKeyRatio times the rows a query selects: from there a prefill ubatch
+// it, one masked pass over every cached row serves all rows at once (its mask made where the layer runs: kpool_mask
+// on the CPU, kpool_mask_std on another device, where gathering instead gave 0.81-0.89x the prefill rate over RPC,
+// bench preset q8_0, pp512), until the context holds kSparseMinKeyRatio times the rows a query selects: from there a prefill ubatch
 // gathers too (sparse prefill: its cost stays ~index_topk per row at any depth instead of growing with it). On the
 // CPU the selected rows are read where the cache holds them (graph/sparse_attention_ops.h); with ggml's standard
 // ops (a layer on another device) they are

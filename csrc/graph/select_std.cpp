@@ -45,4 +45,35 @@ void kpool_rows_std(ggml_context * ctx, ggml_tensor * pools, const InputKpoolRow
     *rows_mask = ggml_reshape_4d(ctx, mask, mask->ne[0], 1, 1, n_tokens);
 }
 
+ggml_tensor * kpool_tail_keys_std(ggml_context * ctx, ggml_tensor * n_cand, int64_t kpool, int64_t n_kv) {
+    const int64_t n_tokens = n_cand->ne[1];
+    ggml_tensor * key = ggml_repeat_4d(ctx, ggml_arange(ctx, 0.0f, (float) n_kv, 1.0f), n_kv, n_tokens, 1, 1);
+    // row t's tail: the keys from its first incomplete pool's first row, n_cand*kpool, to its own position
+    ggml_tensor * first = ggml_scale(ctx, n_cand, (float) kpool);
+    ggml_tensor * pos = ggml_reshape_2d(ctx, ggml_arange(ctx, (float) (n_kv - n_tokens), (float) n_kv, 1.0f), 1, n_tokens);
+    ggml_tensor * from = ggml_step(ctx, ggml_scale_bias(ctx, ggml_sub(ctx, key, first), 1.0f, 0.5f));  // key >= first
+    ggml_tensor * upto = ggml_step(ctx, ggml_scale_bias(ctx, ggml_sub(ctx, key, pos), -1.0f, 0.5f));   // key <= pos
+    return ggml_mul(ctx, from, upto);
+}
+
+ggml_tensor * kpool_mask_std(ggml_context * ctx, ggml_tensor * pools, ggml_tensor * n_cand, ggml_tensor * tail,
+                             int64_t kpool, int64_t n_pool, int64_t n_kv) {
+    const int64_t n_top = pools->ne[0], n_tokens = pools->ne[1];
+    const int64_t width = std::max({n_pool, n_top, (n_kv + kpool - 1) / kpool});  // every pool index and key's pool
+    // 1 for the candidate pools of each row (m < n_cand: step(n_cand - m - 0.5)), 0 else: [width, n_tokens]
+    ggml_tensor * m = ggml_repeat_4d(ctx, ggml_arange(ctx, 0.0f, (float) width, 1.0f), width, n_tokens, 1, 1);
+    ggml_tensor * candidate = ggml_step(ctx, ggml_scale_bias(ctx, ggml_sub(ctx, m, n_cand), -1.0f, -0.5f));
+    // 1 written at each row's chosen pools (a scatter: set_rows over rows of one element, row t's pools in batch t)
+    ggml_tensor * none = ggml_reshape_3d(ctx, ggml_scale(ctx, candidate, 0.0f), 1, width, n_tokens);
+    ggml_tensor * ones = ggml_scale_bias(ctx, ggml_cast(ctx, pools, GGML_TYPE_F32), 0.0f, 1.0f);
+    ggml_tensor * chosen = ggml_set_rows(ctx, none, ggml_reshape_3d(ctx, ones, 1, n_top, n_tokens), pools);
+    chosen = ggml_mul(ctx, ggml_reshape_2d(ctx, chosen, width, n_tokens), candidate);
+    // every key of a chosen pool (pool m holds keys m*kpool .. m*kpool+kpool-1): [n_kv, n_tokens]
+    ggml_tensor * keys = ggml_repeat_4d(ctx, ggml_reshape_3d(ctx, chosen, 1, width, n_tokens), kpool, width, n_tokens, 1);
+    keys = ggml_view_2d(ctx, ggml_reshape_2d(ctx, keys, kpool * width, n_tokens), n_kv, n_tokens,
+                        kpool * width * sizeof(float), 0);
+    ggml_tensor * attended = tail ? ggml_add(ctx, tail, keys) : ggml_cont(ctx, keys);  // disjoint: tail keys >= n_cand*kpool
+    return ggml_scale_bias(ctx, attended, -kSelectMasked, kSelectMasked);  // 1 -> 0 exactly, 0 -> kSelectMasked
+}
+
 }  // namespace glm5next

@@ -263,6 +263,32 @@ def test_a_kda_head_size_the_device_kernel_lacks_runs_on_the_cpu(checkpoints, de
         assert np.abs(ours - theirs).max() <= 1e-5
 
 
+@pytest.mark.parametrize("preset", ["notail", "kpool8"])
+def test_a_dense_ubatchs_mask_made_on_the_device_gives_the_cpu_logits_and_selections(checkpoints, devices, preset):
+    """kpool_mask_std (graph/select_std.h) against the CPU's kpool_mask: without the tail (early rows select no key:
+    their output is zero either way) and with pools of 8 rows, a prompt ubatch of more rows than kGatherMaxRows
+    within max_dense_keys attends densely on the device, in 2 graph splits, with the CPU-only logits and pools."""
+    from glm5next_runtime import Model
+    path = checkpoints.convert(checkpoints.make(f"dense-mask-{preset}", preset, dtype="f32"), outtype="f32")
+    prompt = random_tokens(60, seed=8)
+
+    def run(m):  # ubatches of 40 and 60 rows from position 0: max_dense_keys is 63 (notail) and 91 (kpool8)
+        logits, selections = [], []
+        for n in (40, 60):
+            m.reset()
+            logits.append(m.eval(prompt[:n], logits_all=True))
+            selections.append([m.selected_positions(il) for il in m.dsa_layers])
+        return logits, selections, m.graph_splits
+
+    cpu = Model(path, n_ctx=128, n_threads=2)
+    placed = Model(path, n_ctx=128, n_threads=2, n_gpu_layers=99, devices=[device_name(devices[0])])
+    (want, want_sel, _), (got, got_sel, splits) = run(cpu), run(placed)
+    assert splits == 2
+    for ours, theirs in zip(got, want):
+        assert np.abs(ours - theirs).max() <= 1e-5
+    assert got_sel == want_sel
+
+
 @pytest.fixture(scope="module")
 def wide_k4_q8_0(checkpoints):
     """A q8_0 file whose logits move by units for a last-bit change upstream (hidden 1024, 4 experts a token): its
@@ -298,14 +324,18 @@ def test_a_placed_model_routing_several_experts_gives_the_cpu_logits(wide_k4_q8_
 
 
 def test_a_fully_offloaded_round_stays_on_the_device(predictable_gguf, devices):
-    """Issue 26's splits: on a model placed whole on a device, a sparse-prefill ubatch, a decode token, every draft
-    step (a shared one reads step 0's pools with ggml's standard ops there, graph/select_std.h) and a verify pass
-    run in 2 graph splits (the token embeddings' rows come from the CPU, the logits go back); before, a shared step
-    took 6 (its rows and mask from this project's CPU ops). (A dense prompt ubatch still takes more: its mask.)"""
+    """Issue 26's splits: on a model placed whole on a device, a dense prompt ubatch (its mask made there,
+    kpool_mask_std), a sparse-prefill ubatch, a decode token, every draft step (a shared one reads step 0's pools
+    with ggml's standard ops there, graph/select_std.h) and a verify pass run in 2 graph splits (the token
+    embeddings' rows come from the CPU, the logits go back); before, a shared step took 6 (its rows and mask from
+    this project's CPU ops) and a dense ubatch 8 (its mask)."""
     from glm5next_runtime import Model
     m = Model(predictable_gguf, n_ctx=256, n_threads=2, n_gpu_layers=99, devices=[device_name(devices[0])],
               spec_type="draft-mtp", draft_n_max=3, draft_adaptive=False)
-    m.eval(PROMPT)  # past max_dense_keys (75 here): sparse prefill gathers on the device
+    m.eval(PROMPT[:56])  # more than kGatherMaxRows rows, up to max_dense_keys (75 here): one dense pass
+    assert m.graph_splits == 2
+    m.reset()
+    m.eval(PROMPT)  # past max_dense_keys: sparse prefill gathers on the device
     assert m.graph_splits == 2
     m.reset()
     g = m.generator(n_max=3, temperature=0)
