@@ -124,6 +124,14 @@ class Engine:
         """
         memory() -> list of dict(device, weights, caches, compute) in bytes, one per device that holds any, the CPU last: llama.cpp's load report. caches: every sequence's on the engine; compute: the schedulers' buffers (sized at load for a full ubatch at the end of the first sequence's context, grown by the graphs run since), once for all sequences.
         """
+    def op_profile(self) -> dict:
+        """
+        op_profile() -> {graph kind: dict(runs, ops={op: (ms, nodes)})}: what profile_ops timed since it was turned on, summed over the runs of each kind of graph ("decode 1 row", "verify 2 rows", "draft step 1 row, reused selection", "prefill 512 rows", "decode 4 rows x 4 sequences"); ops by ggml op name, a product with its weight's type ("MUL_MAT q8_0"). Empty while off.
+        """
+    def profile_ops(self, on: bool) -> None:
+        """
+        Time every node of every graph run from now on, by graph kind and op (each node runs alone: compute is slower while on, the shares are what to read; for benchmarks). False stops and forgets the times.
+        """
     def profile_traffic(self, on: bool) -> None:
         """
         Measure bytes copied and copy time of every graph run from now on (slows compute: each device syncs after every node; for benchmarks).

@@ -194,6 +194,20 @@ std::vector<DeviceMemory> Engine::memory() const {
     return out;
 }
 
+void Engine::profile_ops(bool on) {
+    std::lock_guard<std::recursive_mutex> lock(mutex_);
+    if (!on) {
+        op_profile_.reset();
+    } else if (!op_profile_) {
+        op_profile_.emplace();
+    }
+}
+
+OpProfile Engine::op_profile() const {
+    std::lock_guard<std::recursive_mutex> lock(mutex_);
+    return op_profile_ ? *op_profile_ : OpProfile{};
+}
+
 void Engine::profile_traffic(bool on) {
     std::lock_guard<std::recursive_mutex> lock(mutex_);
     profile_traffic_ = on;
@@ -280,7 +294,7 @@ void Engine::run_trunk(const std::vector<TrunkPart> & parts) {
     TrunkGraph & g = *reused;
     g.set_inputs(tokens.data(), n_past);
     note_graph_thread(params_.n_threads);
-    slot.compute(profile_traffic_);
+    slot.compute(profile_traffic_, op_profile_ ? &(*op_profile_)[graph_kind(shape)] : nullptr);
 
     const int64_t k = n_top_pool();
     size_t part_index = 0, group_index = 0;
@@ -378,7 +392,7 @@ void Engine::run_draft(const std::vector<DraftPart> & parts) {
     DraftGraph & g = *reused;
     g.set_inputs(hidden.data(), tokens.data(), pos0, saved, saved_p0);  // hidden is copied: out may be written now
     note_graph_thread(params_.n_threads);
-    slot.compute(profile_traffic_);
+    slot.compute(profile_traffic_, op_profile_ ? &(*op_profile_)[graph_kind(shape)] : nullptr);
 
     size_t part_index = 0, group_index = 0;
     for (const RowGroup & group : g.parts.groups) {

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,7 @@
 #include "model/draft_weights.h"
 #include "model/model.h"
 #include "runtime/graph_slot.h"
+#include "runtime/op_profile.h"
 #include "runtime/outputs.h"
 #include "runtime/sequence.h"
 #include "runtime/traffic.h"
@@ -112,6 +114,12 @@ public:
     // Measures the traffic of every graph run from now on (runtime/traffic.h: each device syncs after every node,
     // so compute is slower while on). For glm5next-bench, not for serving.
     void profile_traffic(bool on);
+    // Times every node of every graph run from now on, by graph kind and op (runtime/op_profile.h: each node runs
+    // alone, so compute is slower while on; not with profile_traffic's copy timing at once). off: stops and forgets.
+    // For glm5next-bench --op-profile, not for serving.
+    void profile_ops(bool on);
+    // What profile_ops timed since it was turned on (empty when off).
+    OpProfile op_profile() const;
     // Per device that holds weights, caches or compute buffers: the bytes of each (CPU last).
     std::vector<DeviceMemory> memory() const;
     const DraftWeights * draft_weights() const { return draft_weights_.get(); }  // null without a draft head
@@ -148,6 +156,7 @@ private:
     std::unique_ptr<GraphSlots> graphs_;
     GraphSlot * last_ = nullptr;  // the one that ran last
     bool profile_traffic_ = false;
+    std::optional<OpProfile> op_profile_;  // while profile_ops is on
     uint32_t reserved_n_ctx_ = 0;  // the n_ctx reserve sized the compute buffers for
     std::vector<const Sequence *> sequences_;
     uint64_t next_sequence_id_ = 1;

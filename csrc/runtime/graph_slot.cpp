@@ -6,6 +6,7 @@
 #include <string>
 
 #include "model/model.h"
+#include "runtime/op_profile.h"
 #include "runtime/traffic.h"
 
 namespace glm5next {
@@ -121,9 +122,14 @@ void GraphSlot::alloc(ggml_cgraph * gf, const GraphShape & shape, bool profile) 
     shape_ = shape;
 }
 
-void GraphSlot::compute(bool profile) {
+void GraphSlot::compute(bool profile, GraphOpTimes * ops) {
     std::optional<CopyTimer> timer;
-    if (profile) timer.emplace(sched_);
+    std::optional<OpTimer> op_timer;
+    if (ops != nullptr) {
+        op_timer.emplace(sched_, *ops);
+    } else if (profile) {
+        timer.emplace(sched_);
+    }
     if (ggml_backend_sched_graph_compute(sched_, gf_) != GGML_STATUS_SUCCESS) {
         throw std::runtime_error("ggml graph computation failed");
     }

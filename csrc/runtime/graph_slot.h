@@ -53,6 +53,8 @@ struct GraphShape {
 // a graph of one slot run again after another slot's buffers were reallocated asked for a recompute the server could
 // not do, and ggml's RPC client ended the process. A graph built again gets new ids, which the server is sent in
 // full (allocating the same graph again is no way: ggml's allocator takes tensors that have memory as placed).
+struct GraphOpTimes;  // runtime/op_profile.h
+
 struct BufferEpoch {
     uint64_t value = 0;
 };
@@ -89,8 +91,9 @@ public:
     // Allocates gf (a graph just built here), which the slot then holds as the graph of `shape`; with `profile`
     // counts the bytes it copies between devices. Throws std::runtime_error when allocation fails.
     void alloc(ggml_cgraph * gf, const GraphShape & shape, bool profile);
-    // Runs the graph the slot holds (after its inputs were set); with `profile` times the copies between devices.
-    void compute(bool profile);
+    // Runs the graph the slot holds (after its inputs were set); with `profile` times the copies between devices,
+    // with `ops` (instead) each node, into it (runtime/op_profile.h).
+    void compute(bool profile, GraphOpTimes * ops = nullptr);
 
     // Forget the graph (the next ubatch builds and allocates one).
     void clear();

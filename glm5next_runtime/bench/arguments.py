@@ -97,6 +97,9 @@ def parser() -> argparse.ArgumentParser:
                    help="synthetic acceptance: mean accepted length per round (accepted drafts + 1), e.g. 3.61")
     p.add_argument("--spec-index-share", type=_choice_list("--spec-index-share", ("auto", "on", "off")),
                    default=["auto"], help="index sharing of the draft steps, comma-separated (auto, on, off)")
+    p.add_argument("--op-profile", action="store_true",
+                   help="with --spec-n-max: after each draft-MTP row, one more generation with drafts and one without, "
+                        "every graph node timed alone: where a round's time goes, by graph and op")
     p.add_argument("--spec-draft-type", type=_choice_list("--spec-draft-type", ("auto", "q8_0", "q4_0")),
                    default=["auto"], help="draft layer types, comma-separated (auto = as stored, q8_0, q4_0)")
     p.add_argument("-npl", type=_int_list("-npl", 1), default=[], metavar="B,...",

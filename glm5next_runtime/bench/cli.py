@@ -13,7 +13,7 @@ from typing import Any
 from .arguments import parser
 from .errors import PROG, BenchError
 from .model_info import model_info
-from .report import memory_table, render_csv, render_md, render_spec_md
+from .report import memory_table, render_csv, render_md, render_op_profile_md, render_spec_md
 from .rows import Inputs, build_rows, draw_inputs
 from .runners import OURS, UPSTREAM, LlamaCppRunner, OursRunner, Runner, load_runner
 from .speculative import run_spec_rows, spec_prompts
@@ -35,6 +35,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         raise BenchError(f"--spec-accept {args.spec_accept}: a mean accepted length per round is >= 1")
     if args.spec_prompts and not args.spec_n_max:
         raise BenchError("--spec-prompts needs --spec-n-max (they are the draft-MTP rows' prompts)")
+    if args.op_profile and not args.spec_n_max:
+        raise BenchError("--op-profile needs --spec-n-max (it profiles the draft-MTP rows' generations)")
     if args.spec_prompts and 0 in args.n_depth:
         raise BenchError("--spec-prompts takes the prompt length from -d: give depths >= 1")
     texts = [_read_text(f) for f in args.spec_prompts]
@@ -135,6 +137,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(render_md(report))
         if report["spec_rows"]:
             print("\n" + render_spec_md(report["spec_rows"], report["spec_accept"]))
+        for row in report["spec_rows"]:
+            if "op_profile" in row:
+                print("\n" + render_op_profile_md(row))
     return 0
 
 

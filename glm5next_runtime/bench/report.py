@@ -87,6 +87,25 @@ def render_spec_md(rows: list[dict[str, Any]], accept: float | None) -> str:
             f"rounds that drafted 0, 1, ... tokens; draft / verify ms: the last repetition, all prompts):\n{table}")
 
 
+def render_op_profile_md(row: dict[str, Any], n_top: int = 4) -> str:
+    """--op-profile's table for a draft-MTP row: per generation (no drafts, drafts) and graph kind, its runs, its ms
+    per run and its costliest ops, and each generation's ms per token."""
+    lines, per_token = [], []
+    for run, graphs in row["op_profile"].items():
+        total = 0.0
+        for kind, g in sorted(graphs.items(), key=lambda kv: -sum(ms for ms, _ in kv[1]["ops"].values())):
+            ms = sum(m for m, _ in g["ops"].values())
+            total += ms
+            top = sorted(g["ops"].items(), key=lambda kv: -kv[1][0])[:n_top]
+            lines.append([run, kind, str(g["runs"]), f"{ms / g['runs']:.2f}",
+                          ", ".join(f"{op} {m / g['runs']:.2f} ({m / ms:.0%})" for op, (m, _) in top)])
+        per_token.append(f"{run} {total / row['n_gen']:.2f}")
+    table = _table(["run", "graph", "runs", "ms/run", f"costliest ops: ms/run (share)"], ["l", "l", "r", "r", "l"],
+                   lines)
+    return (f"op profile of {row['test']} (one generation without and one with drafts; every node timed alone, so "
+            f"times run above an untimed run's; ms per token: {', '.join(per_token)}):\n{table}")
+
+
 STAT_KEYS = ["tps_median", "tps_mean", "tps_stdev", "tps_min", "tps_max"]
 
 

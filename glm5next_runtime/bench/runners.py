@@ -58,20 +58,28 @@ class OursRunner:
         return int(np.argmax(self._logits))
 
     def spec_decode(self, prompt: Sequence[int], n_gen: int, n_max: int, accept: float | None, share: str,
-                    draft_type: str, adaptive: bool = False) -> tuple[int, float, dict]:
+                    draft_type: str, adaptive: bool = False, op_profile: bool = False) -> tuple[int, float, dict]:
         """Greedy generation of n_gen tokens after `prompt` (untimed) in draft-MTP rounds (n_max 0: no drafts;
         adaptive: at most n_max, as the draft length policy chooses). Returns (tokens, seconds in the rounds, the
-        generator's counters)."""
+        generator's counters). op_profile: the rounds' graphs timed node by node (_core.Engine.op_profile), as the
+        counters' "op_profile" (the seconds then count the profiling's syncs too)."""
         if draft_type not in self._by_draft_type:
             self._by_draft_type[draft_type] = self._load(spec_draft_type=draft_type)
+        engine = self._by_draft_type[draft_type].engine
         g = self._by_draft_type[draft_type].generator(
             n_max=n_max, adaptive=adaptive, temperature=0.0, seed=0, index_share=share,
             synthetic_accepted=-1.0 if accept is None else accept - 1.0)
         out = [g.start(list(prompt))]
-        t0 = time.perf_counter()
-        while len(out) < n_gen + 1:
-            out += g.step()
-        return n_gen, time.perf_counter() - t0, g.stats
+        engine.profile_ops(op_profile)
+        try:
+            t0 = time.perf_counter()
+            while len(out) < n_gen + 1:
+                out += g.step()
+            seconds = time.perf_counter() - t0
+            profile = engine.op_profile()
+        finally:
+            engine.profile_ops(False)
+        return n_gen, seconds, g.stats | ({"op_profile": profile} if op_profile else {})
 
 
 # ggml's type ids of the cache types (ggml.h; llama_cpp exports F32, F16 and the quantized ones but not BF16)

@@ -105,11 +105,25 @@ def run_spec_rows(ours: OursRunner, args: argparse.Namespace, prompts: dict[int,
                 name = row_name("tg", n_gen, depth) + f" {length}" + (f" share {share}" if share != "auto" else "") \
                     + (f" draft {dt}" if dt != "auto" else "") \
                     + (f" x {len(prompts[depth])} prompts" if args.spec_prompts else "")
+                if args.op_profile:
+                    total["op_profile"] = _op_profiles(ours, prompts[depth][0], n_gen, length, args.spec_accept, share,
+                                                       dt)
                 rows.append({"test": name, "n_gen": n_gen, "n_depth": depth, "n_max": length.n_max,
                              "adaptive": length.adaptive, "index_share": share,
                              "draft_type": dt, "n_prompts": len(prompts[depth]), "spec": on.summary(),
                              "no_spec": off.summary(),
                              **paired_speedup(log_ratios),
-                             **{k: total[k] for k in ("mean_accepted_length", "acceptance_per_position",
-                                                      "rounds_at_length", "draft_ms", "verify_ms")}})
+                             **{k: total[k] for k in ("mean_accepted_length", "acceptance_per_position", "op_profile",
+                                                      "rounds_at_length", "draft_ms", "verify_ms")
+                                if k in total}})
     return rows
+
+
+def _op_profiles(ours: OursRunner, prompt: list[int], n_gen: int, length: SpecLength, accept: float | None, share: str,
+                 draft_type: str) -> dict[str, dict[str, Any]]:
+    """--op-profile: {"no drafts" | "drafts": {graph kind: dict(runs, ops={op: (ms, nodes)})}} of one generation of
+    n_gen tokens after `prompt` each, every graph node timed alone (runtime/op_profile.h)."""
+    plain = ours.spec_decode(prompt, n_gen, 0, None, share, draft_type, op_profile=True)[2]["op_profile"]
+    drafted = ours.spec_decode(prompt, n_gen, length.n_max, accept, share, draft_type, length.adaptive,
+                               op_profile=True)[2]["op_profile"]
+    return {"no drafts": plain, "drafts": drafted}

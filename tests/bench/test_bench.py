@@ -175,6 +175,30 @@ def test_speculative_rows(capsys, tiny_q8):
     assert _run(capsys, [*argv[:-8], "--spec-accept", "0.5"])[0] == 2
 
 
+def test_op_profile_times_the_graphs_of_a_generation_with_and_without_drafts(capsys, tiny_q8):
+    """--op-profile: one generation without drafts runs one 1-row graph per token; one with 2 drafts a round (all
+    kept: synthetic acceptance 3) a 3-row verify pass and draft steps per round; every graph kind's ops are timed."""
+    argv = ["-m", str(tiny_q8), "-p", "0", "-n", "6", "-r", "1", "-t", "2", "--spec-n-max", "2", "--spec-accept", "3",
+            "--op-profile"]
+    rc, out, err = _run(capsys, [*argv, "-o", "json"])
+    assert rc == 0, err
+    profile = json.loads(out)["spec_rows"][0]["op_profile"]
+    assert set(profile) == {"no drafts", "drafts"}
+    assert {k: g["runs"] for k, g in profile["no drafts"].items()} == {"verify 1 row": 6}
+    drafts = profile["drafts"]
+    assert drafts["verify 3 rows"]["runs"] == 2  # 6 tokens, 3 a round
+    assert any(k.startswith("draft step") for k in drafts)
+    for graphs in profile.values():
+        for g in graphs.values():
+            assert all(ms > 0 and nodes >= g["runs"] for ms, nodes in g["ops"].values())
+            assert "MUL_MAT_ID q8_0" in g["ops"] or "MUL_MAT q8_0" in g["ops"]
+    assert "MUL_MAT_ID q8_0 row by row" in drafts["verify 3 rows"]["ops"]  # a few-row group's rows each alone
+    rc, out, _ = _run(capsys, argv)
+    assert rc == 0 and "op profile of tg6 mtp2" in out and "| drafts    | verify 3 rows" in out
+    rc, _, err = _run(capsys, argv[:8] + ["--op-profile"])
+    assert rc == 2 and "--op-profile needs --spec-n-max" in err
+
+
 def test_speculative_rows_on_text_prompts(capsys, tiny_q8, tmp_path, monkeypatch):
     """--spec-prompts: each file's first D tokens are a prompt; a row adds up the prompts' rounds."""
     files = [tmp_path / "a.py", tmp_path / "b.py"]

@@ -1,0 +1,63 @@
+#include "runtime/op_profile.h"
+
+#include <algorithm>
+#include <set>
+
+namespace glm5next {
+
+std::string graph_kind(const GraphShape & shape) {
+    int64_t rows = 0;
+    bool verify = false, output = false, shared = false;
+    std::set<uint64_t> sequences;
+    for (const PartShape & p : shape.parts) {
+        rows += p.n_rows;
+        verify = verify || p.snapshots;
+        output = output || p.output;
+        shared = shared || p.shared;
+        sequences.insert(p.sequence);
+    }
+    std::string kind;
+    if (shape.kind == GraphShape::kDraft) {
+        kind = output ? "draft step" : "draft rows";
+    } else {
+        kind = verify ? "verify" : rows > (int64_t) shape.parts.size() ? "prefill" : "decode";
+    }
+    kind += " " + std::to_string(rows) + (rows == 1 ? " row" : " rows");
+    if (sequences.size() > 1) kind += " x " + std::to_string(sequences.size()) + " sequences";
+    if (shared) kind += ", reused selection";
+    return kind;
+}
+
+std::string op_key(const ggml_tensor * node) {
+    std::string key = ggml_op_desc(node);
+    if ((node->op == GGML_OP_MUL_MAT || node->op == GGML_OP_MUL_MAT_ID) && node->src[0] != nullptr) {
+        key += std::string(" ") + ggml_type_name(node->src[0]->type);
+        if (node->op == GGML_OP_MUL_MAT_ID && node->src[0]->ne[2] == 1) key += " row by row";
+    }
+    return key;
+}
+
+OpTimer::OpTimer(ggml_backend_sched_t sched, GraphOpTimes & into) : sched_(sched), into_(into) {
+    ++into_.runs;
+    ggml_backend_sched_set_eval_callback(sched_, &OpTimer::on_eval, this);
+}
+
+OpTimer::~OpTimer() { ggml_backend_sched_set_eval_callback(sched_, nullptr, nullptr); }
+
+bool OpTimer::on_eval(ggml_tensor * t, bool ask, void * self) {
+    auto * me = static_cast<OpTimer *>(self);
+    if (ask) {  // node t runs next, alone (its split's inputs are copied before this question: not timed)
+        me->start_ = Clock::now();
+        return true;
+    }
+    if (t->buffer != nullptr && ggml_nbytes(t) > 0) {  // a device whose synchronize returns early (RPC) is done
+        char byte;                                     // once a read of t returns (runtime/traffic.h)
+        ggml_backend_tensor_get(t, &byte, 0, 1);
+    }
+    OpTime & o = me->into_.ops[op_key(t)];
+    o.ms += std::chrono::duration<double, std::milli>(Clock::now() - me->start_).count();
+    ++o.nodes;
+    return true;
+}
+
+}  // namespace glm5next

@@ -1,0 +1,47 @@
+"""Engine.profile_ops / op_profile (runtime/op_profile.h): while on, every graph run is timed node by node and
+counted under its kind (what the graph does, its rows, its sequences); off, nothing is kept."""
+from __future__ import annotations
+
+from conftest import random_tokens
+
+PROMPT = random_tokens(60, seed=3)
+
+
+def runs(profile):
+    return {kind: g["runs"] for kind, g in profile.items()}
+
+
+def test_each_graph_run_is_counted_under_its_kind_with_its_ops_timed(predictable_gguf):
+    from glm5next_runtime import Model
+    m = Model(predictable_gguf, n_ctx=256, n_threads=2)
+    engine = m.engine
+    m.eval(PROMPT[:8])
+    assert engine.op_profile() == {}  # off: nothing timed
+    engine.profile_ops(True)
+    m.reset()
+    m.eval(PROMPT[:40])  # one ubatch
+    m.eval(PROMPT[40:41])
+    m.eval(PROMPT[41:42])
+    profile = engine.op_profile()
+    assert runs(profile) == {"prefill 40 rows": 1, "decode 1 row": 2}
+    decode = profile["decode 1 row"]["ops"]
+    assert {"GATED_DELTA_NET", "MUL_MAT f32", "CUSTOM"} <= set(decode)  # KDA, the f32 file's products, our ops
+    assert all(ms > 0 and nodes % 2 == 0 for ms, nodes in decode.values())  # every node of both runs, timed
+    engine.profile_ops(False)
+    assert engine.op_profile() == {}
+    m.eval(PROMPT[42:43])
+    assert engine.op_profile() == {}
+
+
+def test_a_step_over_several_sequences_is_its_own_kind(predictable_gguf):
+    from glm5next_runtime.bench.batched import OursBatched
+    batched = OursBatched(predictable_gguf, 256, 2, 64, 3)
+    engine = batched.models[0].engine
+    engine.profile_ops(True)
+    batched.run([PROMPT[:20], PROMPT[20:40], PROMPT[40:60]], 4, None)
+    kinds = runs(engine.op_profile())
+    assert kinds["verify 3 rows x 3 sequences"] == 4  # one 1-row part per sequence and round
+    prefill = {k: n for k, n in kinds.items() if k.startswith("prefill")}
+    # the three prompts together, in ubatches the checkpoint plan cuts (runtime/checkpoint_plan.h)
+    assert all(k.endswith(" rows x 3 sequences") for k in prefill)
+    assert sum(int(k.split()[1]) * n for k, n in prefill.items()) == 60
