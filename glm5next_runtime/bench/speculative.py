@@ -76,7 +76,11 @@ def run_spec_rows(ours: OursRunner, args: argparse.Namespace, prompts: dict[int,
                   n_ctx: int) -> list[dict[str, Any]]:
     """For each tg N @ depth and each (n_max, index share, draft type): the median t/s of draft-MTP rounds and of
     the same rounds without drafts, prompt by prompt, repetition by repetition, and the acceptance the rounds saw
-    (summed over the prompts)."""
+    (summed over the prompts). first_speedup: the paired speedup of the first repetition alone (the warm-up unless
+    --no-warmup), what a fresh process's first requests get (issue 28): the graphs of each round's shapes are built
+    on the way and, with adaptive lengths on real prompts, the model's draft length policy learns from its prior
+    there (the first row of its n_max; it carries over to later rows, as a server slot's does over requests; with
+    synthetic acceptance every generation starts a new policy, so every repetition is a first request)."""
     rows = []
     gens = [n for n in args.n_gen if n > 0]
     combos = [(n_max, share, dt) for n_max in args.spec_n_max for share in args.spec_index_share
@@ -88,6 +92,7 @@ def run_spec_rows(ours: OursRunner, args: argparse.Namespace, prompts: dict[int,
             for length, share, dt in combos:
                 on, off = Stats(), Stats()
                 log_ratios = []  # per (repetition, prompt): log(seconds without drafts / seconds with)
+                first = []  # the same for the first repetition: the first requests of this row (see below)
                 for rep in range(args.repetitions + (0 if args.no_warmup else 1)):
                     n, s_off, s_on = 0, 0.0, 0.0
                     stats = []
@@ -98,6 +103,8 @@ def run_spec_rows(ours: OursRunner, args: argparse.Namespace, prompts: dict[int,
                         stats.append(st)
                         if rep or args.no_warmup:
                             log_ratios.append(math.log(plain / drafted))
+                        if rep == 0:
+                            first.append(math.log(plain / drafted))
                     if rep or args.no_warmup:
                         off.tokens.append(n), off.seconds.append(s_off)
                         on.tokens.append(n), on.seconds.append(s_on)
@@ -113,6 +120,7 @@ def run_spec_rows(ours: OursRunner, args: argparse.Namespace, prompts: dict[int,
                              "draft_type": dt, "n_prompts": len(prompts[depth]), "spec": on.summary(),
                              "no_spec": off.summary(),
                              **paired_speedup(log_ratios),
+                             **{"first_" + k: v for k, v in paired_speedup(first).items()},
                              **{k: total[k] for k in ("mean_accepted_length", "acceptance_per_position", "op_profile",
                                                       "rounds_at_length", "draft_ms", "verify_ms")
                                 if k in total}})

@@ -168,11 +168,34 @@ def test_speculative_rows(capsys, tiny_q8):
     for r in rows:
         _positive_stats(r["spec"])
         _positive_stats(r["no_spec"])
-        assert r["speedup"] > 0 and r["speedup_se"] >= 0
+        assert r["speedup"] > 0 and r["speedup_se"] >= 0 and r["first_speedup"] > 0
         assert 1.0 <= r["mean_accepted_length"] <= r["n_max"] + 1 and len(r["acceptance_per_position"]) == r["n_max"]
     rc, out, _ = _run(capsys, argv)
     assert rc == 0 and "draft-MTP (synthetic acceptance" in out and "tg6 mtp3 share off draft q4_0" in out
     assert _run(capsys, [*argv[:-8], "--spec-accept", "0.5"])[0] == 2
+
+
+def test_first_rep_speedup_is_the_warm_up_pairs_alone(capsys, tiny_q8, monkeypatch):
+    """first_speedup (issue 28: what a fresh process's first requests get) is the paired speedup of the first
+    repetition, the warm-up; speedup that of the timed ones. Timings faked: the warm-up's drafted rounds take half
+    the plain rounds' time, later ones the same."""
+    calls = []
+    stats = {"drafted_at": [1], "accepted_at": [1], "n_drafts": 1, "n_drafted": 1, "n_accepted": 1,
+             "rounds_at_length": [0, 1], "draft_ms": 1.0, "verify_ms": 1.0}
+
+    def spec_decode(self, prompt, n_gen, n_max, *args, **kwargs):
+        calls.append(n_max)
+        warm_up = len(calls) <= 2  # one pair per repetition (one prompt)
+        return n_gen, 1.0 if n_max == 0 or not warm_up else 0.5, stats
+
+    monkeypatch.setattr(bench.OursRunner, "spec_decode", spec_decode)
+    rc, out, err = _run(capsys, ["-m", str(tiny_q8), "-p", "0", "-n", "6", "-r", "2", "-t", "2", "--spec-n-max", "2",
+                                 "-o", "json"])
+    assert rc == 0, err
+    row = json.loads(out)["spec_rows"][0]
+    assert len(calls) == 6  # warm-up and 2 repetitions, a pair each
+    assert row["first_speedup"] == pytest.approx(2.0) and row["first_speedup_se"] == 0.0
+    assert row["speedup"] == pytest.approx(1.0)
 
 
 def test_op_profile_times_the_graphs_of_a_generation_with_and_without_drafts(capsys, tiny_q8):
