@@ -13,7 +13,8 @@
 // 10x its usual time (preempted threads), and a mean would then turn drafting off for as long as the outlier weighs.
 // Not medians: a round with drafts runs more graphs than one without and has the heavier tail, so medians favour
 // drafting (bundled model q8_0, -t 2, held-out code: a round with one draft had median 3.56 ms and mean 3.82 ms,
-// one without 2.46 and 2.40; at the mean one draft gains 4%, at the median 14%).
+// one without 2.46 and 2.40; at the mean one draft gains 4%, at the median 14%). A new policy opens with rounds
+// without drafts until plain decoding was timed (choose), so that no drafting is weighed against an extrapolation.
 // Probes: when no drafting pays, every probe_interval() rounds one draft is tried anyway, so that the acceptance
 // estimates can recover when the text becomes predictable again. The interval doubles (to kProbeMost) after a
 // rejected probe, comes back to kProbeFirst after one that makes drafting pay or was accepted against the odds (the
@@ -132,6 +133,7 @@ private:
     std::vector<double> tried_, kept_;  // per draft position j - 1: decayed trials and acceptances
     std::vector<RecentCost> verify_ms_;  // per row count r - 1: verify ms
     RecentCost first_ms_, next_ms_, row_ms_, between_ms_;  // step 0, a later step, a deferred row, the caller
+    int opening_left_;  // rounds left of the opening without drafts (choose)
     int rounds_since_draft_ = 0;
     int rounds_since_plain_ = 0;  // rounds since the last one without drafts (choose)
     int plain_left_ = 0;          // rounds of choose's run of plain rounds still to come
