@@ -126,15 +126,15 @@ class Engine:
         """
     def op_profile(self) -> dict:
         """
-        op_profile() -> {graph kind: dict(runs, ops={op: (ms, nodes)})}: what profile_ops timed since it was turned on, summed over the runs of each kind of graph ("decode 1 row", "verify 2 rows", "draft step 1 row, reused selection", "prefill 512 rows", "decode 4 rows x 4 sequences"); ops by ggml op name, a product with its weight's type ("MUL_MAT q8_0"). Empty while off.
+        op_profile() -> {graph kind: dict(runs, ops={op: (ms, nodes)})}: what profile_ops timed since it was turned on, summed over the runs of each kind of graph ("decode 1 row", "verify 2 rows", "draft step 1 row, reused selection", "prefill 512 rows", "decode 4 rows x 4 sequences"; graph_kind in runtime/op_profile.h); ops by ggml op name, a product with its weight's type ("MUL_MAT q8_0"). Empty while off.
         """
     def profile_ops(self, on: bool) -> None:
         """
-        Time every node of every graph run from now on, by graph kind and op (each node runs alone: compute is slower while on, the shares are what to read; for benchmarks). False stops and forgets the times.
+        Time every node of every graph run from now on, by graph kind and op (each node runs alone: compute is slower while on, the shares are what to read; for benchmarks). False stops and forgets the times. ValueError to turn it on while profile_traffic is on (one timer at a time).
         """
     def profile_traffic(self, on: bool) -> None:
         """
-        Measure bytes copied and copy time of every graph run from now on (slows compute: each device syncs after every node; for benchmarks).
+        Measure bytes copied and copy time of every graph run from now on (slows compute: each device syncs after every node; for benchmarks). ValueError to turn it on while profile_ops is on.
         """
     def traffic(self) -> dict:
         """

@@ -540,7 +540,8 @@ class Model:
 
     def profile_traffic(self, on: bool) -> None:
         """Measure graph_traffic's bytes and copy time on every graph run from now on. Compute is slower while on
-        (each device syncs after every node), the copies are not: compare copy_seconds with an unprofiled run."""
+        (each device syncs after every node), the copies are not: compare copy_seconds with an unprofiled run.
+        ValueError while the engine's profile_ops is on (one timer at a time)."""
         self._engine.profile_traffic(bool(on))
 
     def placement(self) -> dict[str, str]:

@@ -104,8 +104,8 @@ public:
     // Whether the blocks built next use this project's CPU kernels for the mHC steps, MoE routing and the
     // indexer's choices (graph/mhc_ops.h, graph/select_ops.h: faster on the CPU, exact ties to the lower index) or
     // ggml's standard ops (every device has them; graph/select_std.h says what can differ). A layer whose weights
-    // live on another device uses ggml's, so that those steps run there instead of crossing to the CPU and back.
-    // (A large ubatch's dense attention mask and a reused selection's rows are always made by our CPU kernels.)
+    // live on another device uses ggml's, so that those steps run there instead of crossing to the CPU and back:
+    // a reused selection's rows and a large ubatch's dense attention mask too (kpool_rows_std, kpool_mask_std).
     void use_cpu_kernels(bool on) { cpu_kernels = on; }
 
     ggml_tensor * rms(ggml_tensor * x, ggml_tensor * w) const;

@@ -214,10 +214,11 @@ their rows run in its graphs, one sequence's alone or several sequences' togethe
             "and -1).")
         .def("profile_traffic", &Engine::profile_traffic, py::arg("on"),
              "Measure bytes copied and copy time of every graph run from now on (slows compute: each device syncs "
-             "after every node; for benchmarks).")
+             "after every node; for benchmarks). ValueError to turn it on while profile_ops is on.")
         .def("profile_ops", &Engine::profile_ops, py::arg("on"),
              "Time every node of every graph run from now on, by graph kind and op (each node runs alone: compute is "
-             "slower while on, the shares are what to read; for benchmarks). False stops and forgets the times.")
+             "slower while on, the shares are what to read; for benchmarks). False stops and forgets the times. "
+             "ValueError to turn it on while profile_traffic is on (one timer at a time).")
         .def("op_profile", [](const Engine & e) {
                 py::dict out;
                 for (const auto & [kind, graph] : e.op_profile()) {
@@ -229,8 +230,9 @@ their rows run in its graphs, one sequence's alone or several sequences' togethe
             },
             "op_profile() -> {graph kind: dict(runs, ops={op: (ms, nodes)})}: what profile_ops timed since it was "
             "turned on, summed over the runs of each kind of graph (\"decode 1 row\", \"verify 2 rows\", \"draft step "
-            "1 row, reused selection\", \"prefill 512 rows\", \"decode 4 rows x 4 sequences\"); ops by ggml op name, a product with its "
-            "weight's type (\"MUL_MAT q8_0\"). Empty while off.")
+            "1 row, reused selection\", \"prefill 512 rows\", \"decode 4 rows x 4 sequences\"; graph_kind in "
+            "runtime/op_profile.h); ops by ggml op name, a product with its weight's type (\"MUL_MAT q8_0\"). Empty "
+            "while off.")
         .def_property_readonly("draft_requantized", [](const Engine & e) {
                 std::map<std::string, std::string> out;
                 if (e.draft_weights()) {

@@ -196,6 +196,9 @@ std::vector<DeviceMemory> Engine::memory() const {
 
 void Engine::profile_ops(bool on) {
     std::lock_guard<std::recursive_mutex> lock(mutex_);
+    if (on && profile_traffic_) {  // the scheduler has one eval callback: one timer at a time
+        throw std::invalid_argument("profile_ops: profile_traffic is on (one of the two at a time)");
+    }
     if (!on) {
         op_profile_.reset();
     } else if (!op_profile_) {
@@ -210,6 +213,9 @@ OpProfile Engine::op_profile() const {
 
 void Engine::profile_traffic(bool on) {
     std::lock_guard<std::recursive_mutex> lock(mutex_);
+    if (on && op_profile_) {
+        throw std::invalid_argument("profile_traffic: profile_ops is on (one of the two at a time)");
+    }
     profile_traffic_ = on;
     graphs_->clear();  // a graph allocated with it off did not count its bytes
 }

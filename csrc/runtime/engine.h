@@ -115,7 +115,8 @@ public:
     // so compute is slower while on). For glm5next-bench, not for serving.
     void profile_traffic(bool on);
     // Times every node of every graph run from now on, by graph kind and op (runtime/op_profile.h: each node runs
-    // alone, so compute is slower while on; not with profile_traffic's copy timing at once). off: stops and forgets.
+    // alone, so compute is slower while on). off: stops and forgets. Throws std::invalid_argument to turn it on
+    // while profile_traffic is on, and profile_traffic throws while this is (the scheduler has one eval callback).
     // For glm5next-bench --op-profile, not for serving.
     void profile_ops(bool on);
     // What profile_ops timed since it was turned on (empty when off).

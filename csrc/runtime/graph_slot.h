@@ -92,7 +92,7 @@ public:
     // counts the bytes it copies between devices. Throws std::runtime_error when allocation fails.
     void alloc(ggml_cgraph * gf, const GraphShape & shape, bool profile);
     // Runs the graph the slot holds (after its inputs were set); with `profile` times the copies between devices,
-    // with `ops` (instead) each node, into it (runtime/op_profile.h).
+    // with `ops` each node, into it (runtime/op_profile.h; not both: Engine refuses).
     void compute(bool profile, GraphOpTimes * ops = nullptr);
 
     // Forget the graph (the next ubatch builds and allocates one).

@@ -7,11 +7,12 @@ namespace glm5next {
 
 std::string graph_kind(const GraphShape & shape) {
     int64_t rows = 0;
-    bool verify = false, output = false, shared = false;
+    bool prompt = false, verify = false, output = false, shared = false;
     std::set<uint64_t> sequences;
     for (const PartShape & p : shape.parts) {
         rows += p.n_rows;
-        verify = verify || p.snapshots;
+        prompt = prompt || (p.n_rows > 1 && !p.snapshots);  // rows kept as they come
+        verify = verify || (p.n_rows > 1 && p.snapshots);   // a token and its drafts (a 1-row round is a decode step)
         output = output || p.output;
         shared = shared || p.shared;
         sequences.insert(p.sequence);
@@ -20,7 +21,7 @@ std::string graph_kind(const GraphShape & shape) {
     if (shape.kind == GraphShape::kDraft) {
         kind = output ? "draft step" : "draft rows";
     } else {
-        kind = verify ? "verify" : rows > (int64_t) shape.parts.size() ? "prefill" : "decode";
+        kind = prompt && verify ? "prefill + verify" : prompt ? "prefill" : verify ? "verify" : "decode";
     }
     kind += " " + std::to_string(rows) + (rows == 1 ? " row" : " rows");
     if (sequences.size() > 1) kind += " x " + std::to_string(sequences.size()) + " sequences";

@@ -28,8 +28,10 @@ struct GraphOpTimes {
 // Every graph kind timed, by graph_kind.
 using OpProfile = std::map<std::string, GraphOpTimes>;
 
-// What a graph of `shape` does, as the profile names it: "decode", "verify", "prefill", "draft step" (a draft-head
-// graph whose last row drafts) or "draft rows" (one that only writes the draft layer's rows), with its rows
+// What a graph of `shape` does, as the profile names it: "decode" (one row per sequence: plain decoding, or a
+// draft-MTP round without drafts), "verify" (a token and its drafts), "prefill" (prompt rows), "prefill + verify"
+// (one sequence's prompt rows with another's verify rows), "draft step" (a draft-head graph whose last row drafts)
+// or "draft rows" (one that only writes the draft layer's rows), with its rows
 // ("2 rows"), over several sequences their count ("x 4 sequences"), and ", reused selection" for draft steps that
 // attend the selection of step 0 (index sharing: no indexer in that graph).
 std::string graph_kind(const GraphShape & shape);

@@ -77,12 +77,14 @@ def run_spec_rows(ours: OursRunner, args: argparse.Namespace, prompts: dict[int,
     """For each tg N @ depth and each (n_max, index share, draft type): the median t/s of draft-MTP rounds and of
     the same rounds without drafts, prompt by prompt, repetition by repetition, and the acceptance the rounds saw
     (summed over the prompts). first_speedup: the paired speedup of the first repetition alone (the warm-up unless
-    --no-warmup), what a fresh process's first requests get (issue 28): the graphs of each round's shapes are built
-    on the way and, with adaptive lengths on real prompts, the model's draft length policy learns from its prior
-    there (the first row of its n_max; it carries over to later rows, as a server slot's does over requests; with
-    synthetic acceptance every generation starts a new policy, so every repetition is a first request)."""
+    --no-warmup), what a fresh process's first requests get (issue 28): in the first row of a draft type the graphs
+    of each round's shapes are built on the way and, with adaptive lengths on real prompts, the model's draft length
+    policy learns from its prior there (the first row of its n_max; it carries over to later rows, as a server
+    slot's does over requests; with synthetic acceptance every generation starts a new policy, so every repetition
+    is a first request)."""
     rows = []
     gens = [n for n in args.n_gen if n > 0]
+    profiles = []  # (row, its first prompt, n_gen, length, share, draft type): --op-profile's, run last
     combos = [(n_max, share, dt) for n_max in args.spec_n_max for share in args.spec_index_share
               for dt in args.spec_draft_type]
     for depth in args.n_depth:
@@ -112,25 +114,28 @@ def run_spec_rows(ours: OursRunner, args: argparse.Namespace, prompts: dict[int,
                 name = row_name("tg", n_gen, depth) + f" {length}" + (f" share {share}" if share != "auto" else "") \
                     + (f" draft {dt}" if dt != "auto" else "") \
                     + (f" x {len(prompts[depth])} prompts" if args.spec_prompts else "")
-                if args.op_profile:
-                    total["op_profile"] = _op_profiles(ours, prompts[depth][0], n_gen, length, args.spec_accept, share,
-                                                       dt)
                 rows.append({"test": name, "n_gen": n_gen, "n_depth": depth, "n_max": length.n_max,
                              "adaptive": length.adaptive, "index_share": share,
                              "draft_type": dt, "n_prompts": len(prompts[depth]), "spec": on.summary(),
                              "no_spec": off.summary(),
                              **paired_speedup(log_ratios),
                              **{"first_" + k: v for k, v in paired_speedup(first).items()},
-                             **{k: total[k] for k in ("mean_accepted_length", "acceptance_per_position", "op_profile",
-                                                      "rounds_at_length", "draft_ms", "verify_ms")
-                                if k in total}})
+                             **{k: total[k] for k in ("mean_accepted_length", "acceptance_per_position",
+                                                      "rounds_at_length", "draft_ms", "verify_ms")}})
+                profiles.append((rows[-1], prompts[depth][0], n_gen, length, share, dt))
+    # after every timed row: a profiled generation's costs (each node synced) would otherwise teach the model's draft
+    # length policy (adaptive rows on real prompts share it) timings that skew the rows after it
+    for row, prompt, n_gen, length, share, dt in profiles if args.op_profile else ():
+        row["op_profile"] = _op_profiles(ours, prompt, n_gen, length, args.spec_accept, share, dt)
     return rows
 
 
 def _op_profiles(ours: OursRunner, prompt: list[int], n_gen: int, length: SpecLength, accept: float | None, share: str,
                  draft_type: str) -> dict[str, dict[str, Any]]:
     """--op-profile: {"no drafts" | "drafts": {graph kind: dict(runs, ops={op: (ms, nodes)})}} of one generation of
-    n_gen tokens after `prompt` each, every graph node timed alone (runtime/op_profile.h)."""
+    n_gen tokens after `prompt` each, every graph node timed alone (runtime/op_profile.h). With adaptive lengths the
+    rounds' lengths are the policy's choices under profiling (each node's sync inflates costs, verify rows relatively
+    less): the per-graph costs are the profile's point, not the mix."""
     plain = ours.spec_decode(prompt, n_gen, 0, None, share, draft_type, op_profile=True)[2]["op_profile"]
     drafted = ours.spec_decode(prompt, n_gen, length.n_max, accept, share, draft_type, length.adaptive,
                                op_profile=True)[2]["op_profile"]

@@ -207,7 +207,7 @@ def test_op_profile_times_the_graphs_of_a_generation_with_and_without_drafts(cap
     assert rc == 0, err
     profile = json.loads(out)["spec_rows"][0]["op_profile"]
     assert set(profile) == {"no drafts", "drafts"}
-    assert {k: g["runs"] for k, g in profile["no drafts"].items()} == {"verify 1 row": 6}
+    assert {k: g["runs"] for k, g in profile["no drafts"].items()} == {"decode 1 row": 6}
     drafts = profile["drafts"]
     assert drafts["verify 3 rows"]["runs"] == 2  # 6 tokens, 3 a round
     assert any(k.startswith("draft step") for k in drafts)

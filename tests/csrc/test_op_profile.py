@@ -2,6 +2,8 @@
 counted under its kind (what the graph does, its rows, its sequences); off, nothing is kept."""
 from __future__ import annotations
 
+import pytest
+
 from conftest import random_tokens
 
 PROMPT = random_tokens(60, seed=3)
@@ -40,8 +42,24 @@ def test_a_step_over_several_sequences_is_its_own_kind(predictable_gguf):
     engine.profile_ops(True)
     batched.run([PROMPT[:20], PROMPT[20:40], PROMPT[40:60]], 4, None)
     kinds = runs(engine.op_profile())
-    assert kinds["verify 3 rows x 3 sequences"] == 4  # one 1-row part per sequence and round
+    assert kinds["decode 3 rows x 3 sequences"] == 4  # one 1-row part per sequence and round
     prefill = {k: n for k, n in kinds.items() if k.startswith("prefill")}
     # the three prompts together, in ubatches the checkpoint plan cuts (runtime/checkpoint_plan.h)
     assert all(k.endswith(" rows x 3 sequences") for k in prefill)
     assert sum(int(k.split()[1]) * n for k, n in prefill.items()) == 60
+
+
+def test_one_timer_at_a_time(predictable_gguf):
+    """The scheduler has one eval callback: op times and copy times are not measured at once, and asking for both
+    is refused by name rather than losing one silently."""
+    from glm5next_runtime import Model
+    m = Model(predictable_gguf, n_ctx=64, n_threads=2)
+    m.profile_traffic(True)
+    with pytest.raises(ValueError, match="profile_traffic is on"):
+        m.engine.profile_ops(True)
+    m.profile_traffic(False)
+    m.engine.profile_ops(True)
+    with pytest.raises(ValueError, match="profile_ops is on"):
+        m.profile_traffic(True)
+    m.engine.profile_ops(False)
+    m.profile_traffic(True)  # each alone is fine
