@@ -49,6 +49,35 @@ def test_a_step_over_several_sequences_is_its_own_kind(predictable_gguf):
     assert sum(int(k.split()[1]) * n for k, n in prefill.items()) == 60
 
 
+def test_a_prompt_batched_with_another_sequences_verify_is_named_for_both(predictable_gguf):
+    """A pass that carries one sequence's prompt rows and another's verify rows (a request arriving while another
+    drafts) is neither a prefill nor a verify alone: "prefill + verify"."""
+    from glm5next_runtime import Model, _core
+    m = Model(predictable_gguf, n_ctx=256, n_threads=2, spec_type="draft-mtp", draft_n_max=2, draft_adaptive=False)
+    other = m.another_sequence()
+    drafting = m.generator(n_max=2, temperature=0, seed=0)
+    prompting = other.generator(n_max=2, temperature=0, seed=0)
+    batch = _core.Batch(m.engine)
+
+    def round_of(gens):
+        batch.set(gens, [100] * len(gens), None)
+        batch.begin()
+        while batch.drafting:
+            batch.draft_step()
+        batch.verify()
+
+    _core.Batch.start(drafting, PROMPT[:20], False)
+    while drafting.prompting:
+        round_of([drafting])
+    round_of([drafting])
+    m.engine.profile_ops(True)
+    _core.Batch.start(prompting, PROMPT[20:60], False)
+    round_of([drafting, prompting])
+    trunk = [k for k in runs(m.engine.op_profile()) if not k.startswith("draft")]
+    # (the prompt's first ubatch: as many rows as the checkpoint plan lets it take, runtime/checkpoint_plan.h)
+    assert len(trunk) == 1 and trunk[0].startswith("prefill + verify ") and trunk[0].endswith(" rows x 2 sequences")
+
+
 def test_one_timer_at_a_time(predictable_gguf):
     """The scheduler has one eval callback: op times and copy times are not measured at once, and asking for both
     is refused by name rather than losing one silently."""
