@@ -70,7 +70,8 @@ class OursRunner:
             n_max=n_max, adaptive=adaptive, temperature=0.0, seed=0, index_share=share,
             synthetic_accepted=-1.0 if accept is None else accept - 1.0)
         out = [g.start(list(prompt))]
-        engine.profile_ops(op_profile)
+        if op_profile:
+            engine.profile_ops(True)
         try:
             t0 = time.perf_counter()
             while len(out) < n_gen + 1:
@@ -78,7 +79,8 @@ class OursRunner:
             seconds = time.perf_counter() - t0
             profile = engine.op_profile()
         finally:
-            engine.profile_ops(False)
+            if op_profile:
+                engine.profile_ops(False)
         return n_gen, seconds, g.stats | ({"op_profile": profile} if op_profile else {})
 
 
