@@ -6,11 +6,20 @@ namespace glm5next {
 
 namespace {
 
-// kSelectMasked where index m (an exact integer as f32, [.., n_tokens]) is no candidate of its row (m >= n_cand),
-// else 0: step(m - n_cand + 0.5) is 1 exactly there.
+// The indices 0..width-1 (of pools, of keys) for every row, as exact floats: f32 [width, n_tokens].
+ggml_tensor * indices_per_row(ggml_context * ctx, int64_t width, int64_t n_tokens) {
+    return ggml_repeat_4d(ctx, ggml_arange(ctx, 0.0f, (float) width, 1.0f), width, n_tokens, 1, 1);
+}
+
+// 1 where index m (an exact integer as f32, [.., n_tokens]) is no candidate of its row (m >= n_cand), else 0:
+// step(m - n_cand + 0.5) is 1 exactly there.
+ggml_tensor * beyond_candidates(ggml_context * ctx, ggml_tensor * m, ggml_tensor * n_cand) {
+    return ggml_step(ctx, ggml_scale_bias(ctx, ggml_sub(ctx, m, n_cand), 1.0f, 0.5f));
+}
+
+// kSelectMasked where m is no candidate of its row, else 0.
 ggml_tensor * mask_non_candidates(ggml_context * ctx, ggml_tensor * m, ggml_tensor * n_cand) {
-    ggml_tensor * beyond = ggml_step(ctx, ggml_scale_bias(ctx, ggml_sub(ctx, m, n_cand), 1.0f, 0.5f));
-    return ggml_scale(ctx, beyond, kSelectMasked);
+    return ggml_scale(ctx, beyond_candidates(ctx, m, n_cand), kSelectMasked);
 }
 
 }  // namespace
@@ -21,8 +30,7 @@ ggml_tensor * kpool_top_k_std(ggml_context * ctx, ggml_tensor * scores, ggml_ten
     if (width > n_pool) {
         scores = ggml_pad(ctx, scores, (int) (width - n_pool), 0, 0, 0);
     }
-    ggml_tensor * m = ggml_repeat_4d(ctx, ggml_arange(ctx, 0.0f, (float) width, 1.0f), width, n_tokens, 1, 1);
-    scores = ggml_add(ctx, scores, mask_non_candidates(ctx, m, n_cand));
+    scores = ggml_add(ctx, scores, mask_non_candidates(ctx, indices_per_row(ctx, width, n_tokens), n_cand));
     return ggml_cont(ctx, ggml_argsort_top_k(ctx, scores, (int) n_top_pool));
 }
 
@@ -47,7 +55,7 @@ void kpool_rows_std(ggml_context * ctx, ggml_tensor * pools, const InputKpoolRow
 
 ggml_tensor * kpool_tail_keys_std(ggml_context * ctx, ggml_tensor * n_cand, int64_t kpool, int64_t n_kv) {
     const int64_t n_tokens = n_cand->ne[1];
-    ggml_tensor * key = ggml_repeat_4d(ctx, ggml_arange(ctx, 0.0f, (float) n_kv, 1.0f), n_kv, n_tokens, 1, 1);
+    ggml_tensor * key = indices_per_row(ctx, n_kv, n_tokens);
     // row t's tail: the keys from its first incomplete pool's first row, n_cand*kpool, to its own position
     ggml_tensor * first = ggml_scale(ctx, n_cand, (float) kpool);
     ggml_tensor * pos = ggml_reshape_2d(ctx, ggml_arange(ctx, (float) (n_kv - n_tokens), (float) n_kv, 1.0f), 1, n_tokens);
@@ -60,9 +68,9 @@ ggml_tensor * kpool_mask_std(ggml_context * ctx, ggml_tensor * pools, ggml_tenso
                              int64_t kpool, int64_t n_pool, int64_t n_kv) {
     const int64_t n_top = pools->ne[0], n_tokens = pools->ne[1];
     const int64_t width = std::max({n_pool, n_top, (n_kv + kpool - 1) / kpool});  // every pool index and key's pool
-    // 1 for the candidate pools of each row (m < n_cand: step(n_cand - m - 0.5)), 0 else: [width, n_tokens]
-    ggml_tensor * m = ggml_repeat_4d(ctx, ggml_arange(ctx, 0.0f, (float) width, 1.0f), width, n_tokens, 1, 1);
-    ggml_tensor * candidate = ggml_step(ctx, ggml_scale_bias(ctx, ggml_sub(ctx, m, n_cand), -1.0f, -0.5f));
+    // 1 for the candidate pools of each row, 0 else: [width, n_tokens]
+    ggml_tensor * candidate = ggml_scale_bias(ctx, beyond_candidates(ctx, indices_per_row(ctx, width, n_tokens), n_cand),
+                                              -1.0f, 1.0f);
     // 1 written at each row's chosen pools (a scatter: set_rows over rows of one element, row t's pools in batch t)
     ggml_tensor * none = ggml_reshape_3d(ctx, ggml_scale(ctx, candidate, 0.0f), 1, width, n_tokens);
     ggml_tensor * ones = ggml_scale_bias(ctx, ggml_cast(ctx, pools, GGML_TYPE_F32), 0.0f, 1.0f);

@@ -206,6 +206,10 @@ void Engine::profile_ops(bool on) {
     }
 }
 
+GraphOpTimes * Engine::op_times(const GraphShape & shape) {
+    return op_profile_ ? &(*op_profile_)[graph_kind(shape)] : nullptr;
+}
+
 OpProfile Engine::op_profile() const {
     std::lock_guard<std::recursive_mutex> lock(mutex_);
     return op_profile_ ? *op_profile_ : OpProfile{};
@@ -300,7 +304,7 @@ void Engine::run_trunk(const std::vector<TrunkPart> & parts) {
     TrunkGraph & g = *reused;
     g.set_inputs(tokens.data(), n_past);
     note_graph_thread(params_.n_threads);
-    slot.compute(profile_traffic_, op_profile_ ? &(*op_profile_)[graph_kind(shape)] : nullptr);
+    slot.compute(profile_traffic_, op_times(shape));
 
     const int64_t k = n_top_pool();
     size_t part_index = 0, group_index = 0;
@@ -398,7 +402,7 @@ void Engine::run_draft(const std::vector<DraftPart> & parts) {
     DraftGraph & g = *reused;
     g.set_inputs(hidden.data(), tokens.data(), pos0, saved, saved_p0);  // hidden is copied: out may be written now
     note_graph_thread(params_.n_threads);
-    slot.compute(profile_traffic_, op_profile_ ? &(*op_profile_)[graph_kind(shape)] : nullptr);
+    slot.compute(profile_traffic_, op_times(shape));
 
     size_t part_index = 0, group_index = 0;
     for (const RowGroup & group : g.parts.groups) {

@@ -141,6 +141,8 @@ public:
     void release_snapshots(const GraphSlot * slot);
 
 private:
+    // Where a graph of `shape` adds its op times while profile_ops is on (else null).
+    GraphOpTimes * op_times(const GraphShape & shape);
     // Fills pins_ and cpu_pinned_ops_ for the devices the scheduler runs on (runtime/kernel_limits.h).
     void pin_unsupported_kernels(const std::vector<ggml_backend_dev_t> & devices);
 

@@ -1,5 +1,7 @@
 #include "runtime/op_profile.h"
 
+#include "runtime/traffic.h"
+
 #include <algorithm>
 #include <set>
 
@@ -51,10 +53,7 @@ bool OpTimer::on_eval(ggml_tensor * t, bool ask, void * self) {
         me->start_ = Clock::now();
         return true;
     }
-    if (t->buffer != nullptr && ggml_nbytes(t) > 0) {  // a device whose synchronize returns early (RPC) is done
-        char byte;                                     // once a read of t returns (runtime/traffic.h)
-        ggml_backend_tensor_get(t, &byte, 0, 1);
-    }
+    wait_until_computed(t);
     OpTime & o = me->into_.ops[op_key(t)];
     o.ms += std::chrono::duration<double, std::milli>(Clock::now() - me->start_).count();
     ++o.nodes;

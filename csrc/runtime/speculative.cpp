@@ -359,7 +359,7 @@ int32_t Generator::sample_draft(const uint32_t * mask) {
     int32_t token = -1;
     if (spec_.p_min > 0.0f && top_probability(logits, n_vocab) < spec_.p_min) {
         draft_stopped_ = true;
-    } else if (sampler_.greedy() || spec_.sampled_accept == SampledAccept::match) {
+    } else if (keeps_by_match()) {
         token = argmax(logits, n_vocab);  // no [n_vocab] distribution and no random number (accept compares tokens)
     } else {
         sampler_.distribution(logits, n_vocab, draft_.q[k]);
@@ -444,7 +444,7 @@ std::vector<int32_t> Generator::accept(const float * logits, int64_t n_keep) {
         emitted.push_back(sampler_.sample(logits + (keep - 1) * n_vocab, n_vocab));
         return emitted;
     }
-    const bool match = sampler_.greedy() || spec_.sampled_accept == SampledAccept::match;
+    const bool match = keeps_by_match();
     for (int64_t i = 0; i < n_d; ++i) {
         if (match) {  // the target's token, drawn as plain decoding draws it (greedy: its argmax); kept while equal
             const int32_t target = sampler_.sample(logits + i * n_vocab, n_vocab);

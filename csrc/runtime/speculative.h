@@ -85,8 +85,8 @@ public:
     // that what it learned of acceptance and timings outlives one request (Model keeps one per n_max, n_min); null:
     // a new one. Throws std::invalid_argument for a policy of another n_max or n_min.
     Generator(Sequence & seq, const SpecParams & spec, const SamplerParams & sampling, int n_probs = -1,
-              bool post_sampling_probs = false, std::vector<LogitBias> logit_bias = {}, std::shared_ptr<DraftLengthPolicy> policy = nullptr,
-              std::vector<int32_t> end_ids = {});
+              bool post_sampling_probs = false, std::vector<LogitBias> logit_bias = {},
+              std::shared_ptr<DraftLengthPolicy> policy = nullptr, std::vector<int32_t> end_ids = {});
 
     // Evaluates `prompt` and samples the first token, which it returns. With `cache_prompt` the sequence keeps the
     // longest prefix of the prompt it can resume from (Sequence::resume) and evaluates only the rest; without, it
@@ -205,6 +205,9 @@ private:
     // The reported probabilities of `token`, sampled from `row` (its raw logits `raw`): n_probs_, post_sampling_probs_.
     TokenProbs probs_of(const float * raw, const float * row, int32_t token);
     int64_t synthetic_keep(int64_t n_drafts);
+    // Whether a draft is the draft head's argmax, kept while it equals the target's own draw (greedy, or
+    // SampledAccept::match), rather than drawn from q and kept by speculative sampling.
+    bool keeps_by_match() const { return sampler_.greedy() || spec_.sampled_accept == SampledAccept::match; }
     // Writes the pending draft-head rows now instead of with the next round's step 0.
     void write_pending_rows();
     // The round's counters (stats_), once `emitted` is committed.

@@ -7,6 +7,34 @@
 
 namespace glm5next {
 
+namespace {
+
+// The ids of the k largest of v[0..n) (only those > 0 with positive_only), best first, ties to the lower id: one
+// pass through a heap of k (no [n] scratch per token); the heap's front is the worst kept, and sort_heap leaves the
+// best first.
+std::vector<int32_t> best_ids(const float * v, int64_t n, int64_t k, bool positive_only) {
+    std::vector<int32_t> top;
+    k = std::min(k, n);
+    if (k <= 0) return top;
+    const auto better = [v](int32_t a, int32_t b) { return v[a] > v[b] || (v[a] == v[b] && a < b); };
+    top.reserve(k);
+    for (int32_t id = 0; id < n; ++id) {
+        if (positive_only && !(v[id] > 0.0f)) continue;
+        if ((int64_t) top.size() < k) {
+            top.push_back(id);
+            std::push_heap(top.begin(), top.end(), better);
+        } else if (better(id, top.front())) {
+            std::pop_heap(top.begin(), top.end(), better);
+            top.back() = id;
+            std::push_heap(top.begin(), top.end(), better);
+        }
+    }
+    std::sort_heap(top.begin(), top.end(), better);
+    return top;
+}
+
+}  // namespace
+
 TokenProbs token_probs(const float * logits, int64_t n_vocab, int32_t token, int n_top) {
     if (n_top < 0 || n_vocab < 1 || token < 0 || token >= n_vocab) {
         throw std::invalid_argument("token_probs: token " + std::to_string(token) + ", n_top " +
@@ -19,25 +47,8 @@ TokenProbs token_probs(const float * logits, int64_t n_vocab, int32_t token, int
     TokenProbs out;
     out.token = token;
     out.logprob = float(double(logits[token]) - log_z);
-    const int64_t k = std::min<int64_t>(n_top, n_vocab);
-    if (k == 0) return out;
-    // the k best in one pass through a heap of k (no [n_vocab] scratch per token); the heap's front is the worst
-    // kept, and sort_heap leaves the best first
-    const auto better = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
-    std::vector<int32_t> & top = out.top_ids;
-    top.reserve(k);
-    for (int32_t id = 0; id < n_vocab; ++id) {
-        if ((int64_t) top.size() < k) {
-            top.push_back(id);
-            std::push_heap(top.begin(), top.end(), better);
-        } else if (better(id, top.front())) {
-            std::pop_heap(top.begin(), top.end(), better);
-            top.back() = id;
-            std::push_heap(top.begin(), top.end(), better);
-        }
-    }
-    std::sort_heap(top.begin(), top.end(), better);
-    for (int32_t id : top) out.top_logprobs.push_back(float(double(logits[id]) - log_z));
+    out.top_ids = best_ids(logits, n_vocab, n_top, false);
+    for (int32_t id : out.top_ids) out.top_logprobs.push_back(float(double(logits[id]) - log_z));
     return out;
 }
 
@@ -51,15 +62,8 @@ TokenProbs sampled_token_probs(const std::vector<float> & p, int32_t token, int 
     TokenProbs out;
     out.token = token;
     out.logprob = std::log(p[token]);
-    std::vector<int32_t> & top = out.top_ids;
-    for (int32_t id = 0; id < n_vocab; ++id) {
-        if (p[id] > 0.0f) top.push_back(id);  // the sampler's survivors: few (top_k, top_p, min_p)
-    }
-    const auto better = [&](int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); };
-    const size_t k = std::min<size_t>(size_t(n_top), top.size());
-    std::partial_sort(top.begin(), top.begin() + k, top.end(), better);
-    top.resize(k);
-    for (int32_t id : top) out.top_logprobs.push_back(std::log(p[id]));
+    out.top_ids = best_ids(p.data(), n_vocab, n_top, true);  // of the sampler's survivors (top_k, top_p, min_p)
+    for (int32_t id : out.top_ids) out.top_logprobs.push_back(std::log(p[id]));
     return out;
 }
 

@@ -31,6 +31,13 @@ size_t bytes_copied(ggml_backend_sched_t sched, const GraphSources & sources) {
     return bytes;
 }
 
+void wait_until_computed(const ggml_tensor * t) {
+    if (t->buffer != nullptr && ggml_nbytes(t) > 0) {
+        char byte;
+        ggml_backend_tensor_get(t, &byte, 0, 1);
+    }
+}
+
 CopyTimer::CopyTimer(ggml_backend_sched_t sched) : sched_(sched), last_(Clock::now()) {
     ggml_backend_sched_set_eval_callback(sched_, &CopyTimer::on_eval, this);
 }
@@ -40,12 +47,8 @@ CopyTimer::~CopyTimer() { ggml_backend_sched_set_eval_callback(sched_, nullptr, 
 bool CopyTimer::on_eval(ggml_tensor * t, bool ask, void * self) {
     auto * me = static_cast<CopyTimer *>(self);
     const Clock::time_point now = Clock::now();
-    if (!ask) {  // node t computed; a device whose synchronize returns before it is done (RPC) is done once
-                 // a read of t returns, so that its compute is not counted as the next split's copy time
-        if (t->buffer != nullptr && ggml_nbytes(t) > 0) {
-            char byte;
-            ggml_backend_tensor_get(t, &byte, 0, 1);
-        }
+    if (!ask) {  // node t computed (its compute is not the next split's copy time)
+        wait_until_computed(t);
         me->last_ = Clock::now();
         return true;
     }

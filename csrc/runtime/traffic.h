@@ -28,6 +28,10 @@ GraphSources graph_sources(ggml_cgraph * gf);
 // copy per device).
 size_t bytes_copied(ggml_backend_sched_t sched, const GraphSources & sources);
 
+// Returns once node t, handed to the scheduler's eval callback as computed, is: a device whose synchronize returns
+// before it is done (ggml's RPC client) is done once a read of t returns, so this reads one byte of it.
+void wait_until_computed(const ggml_tensor * t);
+
 // Times the copies of one graph computation through the scheduler's eval callback: ggml copies a split's inputs
 // before computing its first node, so the time from one device's last node to the next device's first node (and
 // from start() to the first node: the graph inputs) is copy time. The callback asks for every node and reads a

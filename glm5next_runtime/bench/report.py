@@ -76,7 +76,8 @@ def memory_table(mem: list[dict[str, Any]]) -> str:
 
 def render_spec_md(rows: list[dict[str, Any]], accept: float | None) -> str:
     lines = [[r["test"], _tps_cell(r["spec"]), _tps_cell(r["no_spec"]), f"{r['speedup']:.3f} ± {r['speedup_se']:.3f}",
-              f"{r['first_speedup']:.3f} ± {r['first_speedup_se']:.3f}", f"{r['mean_accepted_length']:.2f}", " ".join(f"{a:.2f}" for a in r["acceptance_per_position"]),
+              f"{r['first_speedup']:.3f} ± {r['first_speedup_se']:.3f}", f"{r['mean_accepted_length']:.2f}",
+              " ".join(f"{a:.2f}" for a in r["acceptance_per_position"]),
               " ".join(str(n) for n in r["rounds_at_length"]), f"{r['draft_ms']:.1f} / {r['verify_ms']:.1f}"]
              for r in rows]
     table = _table(["test", "t/s", "t/s no drafts", "speedup", "first rep", "accepted len", "accept per pos",
@@ -102,7 +103,7 @@ def render_op_profile_md(row: dict[str, Any], n_top: int = 4) -> str:
             lines.append([run, kind, str(g["runs"]), f"{ms / g['runs']:.2f}",
                           ", ".join(f"{op} {m / g['runs']:.2f} ({m / ms:.0%})" for op, (m, _) in top)])
         per_token.append(f"{run} {total / row['n_gen']:.2f}")
-    table = _table(["run", "graph", "runs", "ms/run", f"costliest ops: ms/run (share)"], ["l", "l", "r", "r", "l"],
+    table = _table(["run", "graph", "runs", "ms/run", "costliest ops: ms/run (share)"], ["l", "l", "r", "r", "l"],
                    lines)
     return (f"op profile of {row['test']} (one generation without and one with drafts; every node timed alone, so "
             f"times run above an untimed run's; ms per token: {', '.join(per_token)}):\n{table}")

@@ -103,10 +103,11 @@ def run_spec_rows(ours: OursRunner, args: argparse.Namespace, prompts: dict[int,
                                                              drafted_first=(rep + i) % 2 == 1)
                         n, s_off, s_on = n + n_p, s_off + plain, s_on + drafted
                         stats.append(st)
+                        log_ratio = math.log(plain / drafted)
                         if rep or args.no_warmup:
-                            log_ratios.append(math.log(plain / drafted))
+                            log_ratios.append(log_ratio)
                         if rep == 0:
-                            first.append(math.log(plain / drafted))
+                            first.append(log_ratio)
                     if rep or args.no_warmup:
                         off.tokens.append(n), off.seconds.append(s_off)
                         on.tokens.append(n), on.seconds.append(s_on)
@@ -122,10 +123,11 @@ def run_spec_rows(ours: OursRunner, args: argparse.Namespace, prompts: dict[int,
                              **{"first_" + k: v for k, v in paired_speedup(first).items()},
                              **{k: total[k] for k in ("mean_accepted_length", "acceptance_per_position",
                                                       "rounds_at_length", "draft_ms", "verify_ms")}})
-                profiles.append((rows[-1], prompts[depth][0], n_gen, length, share, dt))
+                if args.op_profile:
+                    profiles.append((rows[-1], prompts[depth][0], n_gen, length, share, dt))
     # after every timed row: a profiled generation's costs (each node synced) would otherwise teach the model's draft
     # length policy (adaptive rows on real prompts share it) timings that skew the rows after it
-    for row, prompt, n_gen, length, share, dt in profiles if args.op_profile else ():
+    for row, prompt, n_gen, length, share, dt in profiles:
         row["op_profile"] = _op_profiles(ours, prompt, n_gen, length, args.spec_accept, share, dt)
     return rows
 
