@@ -6,7 +6,7 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['Batch', 'DraftChain', 'DraftLengthPolicy', 'Engine', 'Generator', 'Model', 'ModelError', 'Sampler', 'Seq', 'add_rpc_servers', 'ggml_commit', 'ggml_version', 'list_devices', 'read_hparams', 'selected_rows', 'serve_rpc', 'system_info']
+__all__: list[str] = ['Batch', 'DraftChain', 'DraftLengthPolicy', 'Engine', 'Generator', 'Model', 'ModelError', 'RoundCostPrior', 'Sampler', 'Seq', 'add_rpc_servers', 'ggml_commit', 'ggml_version', 'list_devices', 'read_hparams', 'selected_rows', 'serve_rpc', 'system_info']
 class ModelError(ValueError):
     pass
 class Model:
@@ -467,6 +467,42 @@ class Batch:
         """
         Whether a generator has a draft to draw (draft_step).
         """
+class RoundCostPrior:
+    """
+    What a draft-MTP round costs before a
+    DraftLengthPolicy timed it, in units of a round without drafts (a one-row verify): measured at load on scratch rows
+    (glm5next_runtime/draft_calibration.py), or the built-in ratios (csrc/runtime/draft_length.h).
+    """
+    def __init__(self, verify: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex] = [], first: typing.SupportsFloat | typing.SupportsIndex = 0.3, next: typing.SupportsFloat | typing.SupportsIndex = 0.25, row: typing.SupportsFloat | typing.SupportsIndex = 0.05) -> None:
+        """
+        verify[r - 1]: a verify pass of r rows (verify[0] == 1; empty: the built-in 1 + 0.25 (r - 1)); first: draft step 0; next: each later draft step; row: a deferred draft-head row. ValueError, naming the field, for a ratio that is not finite and > 0 or verify[0] != 1.
+        """
+    def __repr__(self) -> str:
+        ...
+    def verify_ratio(self, rows: typing.SupportsInt | typing.SupportsIndex) -> float:
+        """
+        A verify pass of rows rows: verify[rows - 1], past its end the line through its last two entries.
+        """
+    @property
+    def first(self) -> float:
+        """
+        Draft step 0 (with the draft-head rows it writes).
+        """
+    @property
+    def next(self) -> float:
+        """
+        Each later draft step.
+        """
+    @property
+    def row(self) -> float:
+        """
+        A deferred draft-head row.
+        """
+    @property
+    def verify(self) -> list[float]:
+        """
+        verify[r - 1]: a verify pass of r rows (empty: built in).
+        """
 class DraftLengthPolicy:
     """
     The number of drafts a draft-MTP round should carry:
@@ -475,9 +511,9 @@ class DraftLengthPolicy:
     n_min, shared by its generators).
     """
     RECONSIDER_AFTER: typing.ClassVar[int] = 4096
-    def __init__(self, n_max: typing.SupportsInt | typing.SupportsIndex, n_min: typing.SupportsInt | typing.SupportsIndex = 0) -> None:
+    def __init__(self, n_max: typing.SupportsInt | typing.SupportsIndex, n_min: typing.SupportsInt | typing.SupportsIndex = 0, prior: RoundCostPrior = ...) -> None:
         """
-        n_max: the most drafts (ValueError when < 0); n_min: a positive choice is at least this.
+        n_max: the most drafts (ValueError when < 0); n_min: a positive choice is at least this; prior: the round costs assumed until timed (Model.draft_calibration's, measured at load).
         """
     def acceptance(self, j: typing.SupportsInt | typing.SupportsIndex) -> float:
         """
@@ -524,6 +560,11 @@ class DraftLengthPolicy:
     def n_min(self) -> int:
         """
         The fewest drafts a positive choice carries.
+        """
+    @property
+    def prior(self) -> RoundCostPrior:
+        """
+        The RoundCostPrior it was made with.
         """
     @property
     def probe_interval(self) -> int:

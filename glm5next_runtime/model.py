@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import copy
 import os
+import time
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -12,6 +14,7 @@ from . import _core
 from .generate import Decoding, Generation, GenerationResult, GenerationStream, end_of_generation_ids
 from .grammar import Grammar, constraint_for
 from .draft import DraftResult, draft, selected_positions
+from .draft_calibration import DraftCalibration, calibrate
 from .placement import CPU, plan_placement
 from .cache_sizes import CACHE_TYPES
 from .prompt import check_prompt
@@ -22,6 +25,9 @@ SPEC_TYPES = ("draft-mtp", "none")
 INDEX_SHARE = {"auto": -1, "off": 0, "on": 1}  # spec_index_share -> _core.Generator's index_share
 SPEC_SAMPLING = ("match", "rejection")  # spec_sampling: how drafts are kept when sampling (_core.Generator)
 DRAFT_N_MAX = 3  # the default draft_n_max: --spec-draft-n-max's default and glm5next-bench's `auto`
+# the draft calibration's timed rounds at load: at most this share of the load time or CALIBRATION_BUDGET_S, whichever
+# is more (issue 28)
+CALIBRATION_SHARE, CALIBRATION_BUDGET_S = 0.02, 0.2
 
 
 class TensorInfo(NamedTuple):
@@ -90,7 +96,9 @@ class Model:
         draft_n_max, draft_n_min, draft_p_min: drafts per round, the shortest draft worth verifying, and the draft
             probability below which drafting stops (docs/runtime.md, draft-MTP round).
         draft_adaptive: each round drafts as many as pay on this machine and file, at most draft_n_max, from the
-            acceptance and timings the generation measures (none when drafting does not pay; _core.DraftLengthPolicy).
+            acceptance and timings the generation measures (none when drafting does not pay; _core.DraftLengthPolicy),
+            and, until a round was timed, from costs measured at load (draft_calibration: rounds of 0..draft_n_max
+            drafts timed on a scratch sequence in ~200 ms, or 2% of the load time when that is more; see warmup).
             Greedy output, and sampled output with spec_sampling "match", is the same either way. With "rejection",
             sampled output depends on the draft lengths, so a generation that samples with a fixed seed drafts
             draft_n_max every round (its output reproducible, not timing-dependent) unless generator(adaptive=True)
@@ -111,6 +119,10 @@ class Model:
             key and value, and the indexer's keys and gates; "f16" (llama.cpp's default), "bf16", "f32", "q8_0" or
             "q4_0" (for widths that are whole blocks of 32). The pooled keys and the KDA states stay f32
             (docs/runtime.md, Engine).
+        warmup: with adaptive drafting, run each kind of draft-MTP round once at load on a scratch sequence (graphs
+            built, weights first touched: llama-server's --warmup) and time them for the draft length policies
+            (draft_calibration, a DraftCalibration; None when False, and the built-in cost ratios are assumed until
+            rounds are timed).
         rpc: "HOST:PORT" endpoints (a list, or one str) of ggml RPC servers (glm5next-rpc-server, llama.cpp's
             --rpc) whose devices become placement targets. ggml's registry keeps them for the life of the process:
             a later Model in the same process sees them too (devices=[...] chooses).
@@ -131,7 +143,9 @@ class Model:
                  spec_draft_type: str = "auto", draft_model: str | os.PathLike | None = None,
                  rpc: Sequence[str] = (), devices: Sequence[str] | None = None, split_mode: str = "layer",
                  tensor_split: Sequence[float] | None = None, main_gpu: int = 0, draft_device: str | None = None,
-                 ctx_checkpoints: int = 32, checkpoint_every: int = 8192, cache_type_k: str = "f16"):
+                 ctx_checkpoints: int = 32, checkpoint_every: int = 8192, cache_type_k: str = "f16",
+                 warmup: bool = True):
+        load_start = time.perf_counter()
         for name, value in (("n_ctx", n_ctx), ("n_batch", n_batch), ("n_threads", n_threads),
                             ("checkpoint_every", checkpoint_every)):
             if value is not None and value < 1:
@@ -179,6 +193,16 @@ class Model:
                          p_min=draft_p_min, index_share=INDEX_SHARE[spec_index_share], adaptive=draft_adaptive,
                          sampled_accept=spec_sampling)
         self._draft_length_policies: dict[tuple[int, int], _core.DraftLengthPolicy] = {}  # _draft_length_policy
+        # what a draft length policy assumes until it timed a round (issue 28): measured now, in at most 2% of the
+        # load time or 200 ms of timed rounds, whichever is more; kept by reload (the same machine and file)
+        self.draft_calibration: DraftCalibration | None = None
+        if warmup and self.spec["adaptive"] and self.spec["n_max"] > 0:
+            budget_s = max(CALIBRATION_BUDGET_S, CALIBRATION_SHARE * (time.perf_counter() - load_start))
+            try:
+                self.draft_calibration = calibrate(self._engine, self.spec["n_max"], budget_s, self._sequence_args)
+            except (ValueError, RuntimeError) as e:  # the model loaded: what fails here fails a request, named there
+                warnings.warn(f"{path}: draft-MTP round costs not measured at load ({e}); the built-in ratios are "
+                              "assumed until the rounds are timed", RuntimeWarning, stacklevel=2)
 
     def _new_engine(self) -> _core.Engine:
         return _core.Engine(self._core, self.n_batch, self.n_threads, self._spec_draft_type, self._draft_core,
@@ -466,7 +490,8 @@ class Model:
                                temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed,
                                n_probs=-1 if n_probs is None else n_probs, post_sampling_probs=post_sampling_probs,
                                logit_bias=bias,
-                               policy=self._draft_length_policy(spec) if synthetic_accepted < 0 else None,
+                               policy=self._draft_length_policy(spec) if synthetic_accepted < 0 else
+                               self._fresh_draft_length_policy(spec),
                                end_ids=end_of_generation_ids(self.tokenizer))
 
     def _draft_length_policy(self, spec: dict) -> _core.DraftLengthPolicy | None:
@@ -479,8 +504,23 @@ class Model:
             return None
         key = (spec["n_max"], max(spec["n_min"], 0))
         if key not in self._draft_length_policies:
-            self._draft_length_policies[key] = _core.DraftLengthPolicy(*key)
+            self._draft_length_policies[key] = self.new_draft_length_policy(*key)
         return self._draft_length_policies[key]
+
+    def _fresh_draft_length_policy(self, spec: dict) -> _core.DraftLengthPolicy | None:
+        """A policy of its own for a generator with synthetic acceptance (benchmarks): its made-up outcomes must not
+        teach the shared one. None without adaptive drafting."""
+        if not spec["adaptive"] or spec["n_max"] <= 0:
+            return None
+        return self.new_draft_length_policy(spec["n_max"], max(spec["n_min"], 0))
+
+    def new_draft_length_policy(self, n_max: int, n_min: int = 0) -> _core.DraftLengthPolicy:
+        """A new _core.DraftLengthPolicy for rounds on this model's engine: it assumes the round costs measured at
+        load (draft_calibration) until it timed its own, or the built-in ratios without a calibration. Raises
+        ValueError for n_max < 0."""
+        if self.draft_calibration is None:
+            return _core.DraftLengthPolicy(n_max, n_min)
+        return _core.DraftLengthPolicy(n_max, n_min, self.draft_calibration.prior)
 
     @property
     def devices(self) -> list[str]:

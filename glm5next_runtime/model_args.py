@@ -57,7 +57,7 @@ def list_devices_if_asked(prog: str, argv: Sequence[str] | None) -> None:
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
     """Add -m, -md, -c, -t, -b, --rpc, --list-devices, the placement flags, the speculation flags, --override-kv,
-    --seed, --ctx-checkpoints and --checkpoint-every-n-tokens to `p`."""
+    --seed, --ctx-checkpoints, --warmup and --checkpoint-every-n-tokens to `p`."""
     p.add_argument("-m", "--model", required=True, metavar="FILE", help="the glm5next .gguf file")
     p.add_argument("-md", "--model-draft", metavar="FILE",
                    help="separate draft file (converted with --mtp-only) whose NextN layer drafts for -m")
@@ -125,6 +125,10 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("-ctv", "--cache-type-v", choices=LLAMA_CACHE_TYPES, default=None,
                    help="accepted for llama-server's command lines, and changes nothing: MLA keeps one latent for "
                         "keys and values, of -ctk's type")
+    p.add_argument("--warmup", action=argparse.BooleanOptionalAction, default=True,
+                   help="at load, run each kind of draft-MTP round on a scratch sequence: their graphs built, the "
+                        "weights first touched and their costs timed for the adaptive draft lengths (llama-server's "
+                        "warmup run; with --spec-draft-adaptive on; default on)")
     p.add_argument("-cpent", "--checkpoint-every-n-tokens", type=int, default=8192, metavar="N",
                    help="while prefilling, a context checkpoint every N tokens besides the one at the end of every "
                         "prompt (8192)")
@@ -142,7 +146,7 @@ def model_kwargs(args: argparse.Namespace) -> dict[str, Any]:
                 devices=split_list(args.device) if args.device else None, split_mode=args.split_mode,
                 tensor_split=parse_tensor_split(args.tensor_split), main_gpu=args.main_gpu,
                 draft_device=args.device_draft, ctx_checkpoints=args.ctx_checkpoints,
-                checkpoint_every=args.checkpoint_every_n_tokens, cache_type_k=args.cache_type_k)
+                checkpoint_every=args.checkpoint_every_n_tokens, cache_type_k=args.cache_type_k, warmup=args.warmup)
 
 
 def request_seed(args: argparse.Namespace) -> int | None:
@@ -153,7 +157,7 @@ def request_seed(args: argparse.Namespace) -> int | None:
 def describe_model(model: Model, args: argparse.Namespace) -> list[str]:
     """Load-log lines: the placement plan summary, the ops pinned to the CPU by a device's kernel limits, the memory
     per device (weights, caches, compute buffers; as llama.cpp's load report), what the prompt cache's checkpoints
-    may take, and which speculation runs (and why)."""
+    may take, which speculation runs (and why) and the draft-MTP round costs measured at load."""
     if model.spec_type == "draft-mtp":
         source = f"the NextN layer of {args.model_draft}" if args.model_draft else "the file's NextN layer"
         spec = (f"draft-mtp with {source} (n_max {args.spec_draft_n_max}"
@@ -177,6 +181,8 @@ def describe_model(model: Model, args: argparse.Namespace) -> list[str]:
              f"each (host memory): a chat turn adds up to 3 (its last user message, its generation prompt, its "
              f"end) and one per {args.checkpoint_every_n_tokens} prompt tokens; at most "
              f"{ck['max_count'] * ck['bytes_each'] / 2**20:.1f} MiB per slot", f"speculation: {spec}"]
+    if model.draft_calibration is not None:
+        lines.append(f"speculation: {model.draft_calibration.summary()}")
     lines[1:1] = [f"kernel limit: {line}" for line in model.engine.cpu_pinned_ops]
     if args.n_gpu_layers > 0 and not model.devices:
         lines.insert(1, f"warning: -ngl {args.n_gpu_layers} but no offload device (no GPU in this ggml build, no "

@@ -298,7 +298,7 @@ class Scheduler:
             if own is not None:
                 key = (own.n_max, own.n_min)
                 if key not in self._batch_policies:
-                    self._batch_policies[key] = _core.DraftLengthPolicy(*key)
+                    self._batch_policies[key] = _core.DraftLengthPolicy(*key, own.prior)
                 return self._batch_policies[key]
         return None
 

@@ -15,6 +15,7 @@ namespace py = pybind11;
 
 using glm5next::Batch;
 using glm5next::DraftLengthPolicy;
+using glm5next::RoundCostPrior;
 using glm5next::Engine;
 using glm5next::Generator;
 using glm5next::Sequence;
@@ -272,12 +273,41 @@ verify(masks); emitted(i). A generator's tokens and drafts are those it gives al
              "sampler left with no token); its sequence is left whole and the others went on.")
         .def("__len__", &Batch::size);
 
+    py::class_<RoundCostPrior>(mod, "RoundCostPrior", R"doc(What a draft-MTP round costs before a
+DraftLengthPolicy timed it, in units of a round without drafts (a one-row verify): measured at load on scratch rows
+(glm5next_runtime/draft_calibration.py), or the built-in ratios (csrc/runtime/draft_length.h).)doc")
+        .def(py::init([](std::vector<double> verify, double first, double next, double row) {
+                 RoundCostPrior p{first, next, row, std::move(verify)};
+                 p.check();
+                 return p;
+             }),
+             py::arg("verify") = std::vector<double>(), py::arg("first") = RoundCostPrior().first,
+             py::arg("next") = RoundCostPrior().next, py::arg("row") = RoundCostPrior().row,
+             "verify[r - 1]: a verify pass of r rows (verify[0] == 1; empty: the built-in 1 + 0.25 (r - 1)); first: "
+             "draft step 0; next: each later draft step; row: a deferred draft-head row. ValueError, naming the "
+             "field, for a ratio that is not finite and > 0 or verify[0] != 1.")
+        .def_readonly("verify", &RoundCostPrior::verify, "verify[r - 1]: a verify pass of r rows (empty: built in).")
+        .def_readonly("first", &RoundCostPrior::first, "Draft step 0 (with the draft-head rows it writes).")
+        .def_readonly("next", &RoundCostPrior::next, "Each later draft step.")
+        .def_readonly("row", &RoundCostPrior::row, "A deferred draft-head row.")
+        .def("verify_ratio", &RoundCostPrior::verify_ratio, py::arg("rows"),
+             "A verify pass of rows rows: verify[rows - 1], past its end the line through its last two entries.")
+        .def("__repr__", [](const RoundCostPrior & p) {
+            std::string v;
+            for (double x : p.verify) v += (v.empty() ? "" : ", ") + std::to_string(x);
+            return "RoundCostPrior(verify=[" + v + "], first=" + std::to_string(p.first) + ", next=" +
+                   std::to_string(p.next) + ", row=" + std::to_string(p.row) + ")";
+        });
+
     py::class_<DraftLengthPolicy, std::shared_ptr<DraftLengthPolicy>>(mod, "DraftLengthPolicy", R"doc(The number of drafts a draft-MTP round should carry:
 the k that maximizes expected emitted tokens per ms from the round outcomes and timings it is told
 (csrc/runtime/draft_length.h). An adaptive Generator reports to one and asks it (Model keeps one per n_max and
 n_min, shared by its generators).)doc")
-        .def(py::init<int, int>(), py::arg("n_max"), py::arg("n_min") = 0,
-             "n_max: the most drafts (ValueError when < 0); n_min: a positive choice is at least this.")
+        .def(py::init<int, int, RoundCostPrior>(), py::arg("n_max"), py::arg("n_min") = 0,
+             py::arg("prior") = RoundCostPrior(),
+             "n_max: the most drafts (ValueError when < 0); n_min: a positive choice is at least this; prior: the "
+             "round costs assumed until timed (Model.draft_calibration's, measured at load).")
+        .def_property_readonly("prior", &DraftLengthPolicy::prior, "The RoundCostPrior it was made with.")
         .def("choose", &DraftLengthPolicy::choose, py::arg("limit"),
              "The next round's drafts in {0} + [max(1, n_min), min(limit, n_max)]; a one-draft probe every "
              "probe_interval rounds while the best is 0.")

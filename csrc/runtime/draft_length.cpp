@@ -5,6 +5,7 @@
 #include <cmath>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace glm5next {
 
@@ -14,9 +15,8 @@ namespace {
 // from the estimate of the position before (acceptance after an accepted draft is rarely lower: measured on the
 // bundled model, code and prose, per-position acceptance 0.55 0.62 0.66 at n_max 3).
 constexpr double kPriorAccept = 0.5, kPriorWeight = 1.0;
-// Cost priors in units of a one-row verify, replaced by measurements as they come (bundled model q8_0 at -t 1:
-// step 0 ~0.3, a later step ~0.25, a deferred draft-head row ~0.05 of a decode step, each verify row ~+0.15).
-constexpr double kPriorFirst = 0.3, kPriorNext = 0.25, kPriorRow = 0.05, kPriorRowSlope = 0.25;
+// The built-in prior's slope: each verify row ~+0.25 of a one-row verify (RoundCostPrior).
+constexpr double kPriorRowSlope = 0.25;
 // A row count's own estimate counts once it has this many samples; before, the others' line stands for it (one
 // sample may be an outlier, and a row count only the choice of k measures would keep it for good).
 constexpr size_t kTrusted = 3;
@@ -37,6 +37,32 @@ constexpr double kMinGain = 1.05;
 constexpr double kNewsBelow = 0.25;
 }  // namespace
 
+double RoundCostPrior::verify_ratio(int rows) const {
+    const int n = (int) verify.size();
+    if (n == 0) return 1.0 + kPriorRowSlope * (rows - 1);
+    if (rows <= n) return verify[rows - 1];
+    const double slope = n >= 2 ? std::max(0.0, verify[n - 1] - verify[n - 2]) : kPriorRowSlope;
+    return verify[n - 1] + slope * (rows - n);
+}
+
+void RoundCostPrior::check() const {
+    const auto bad = [](double v) { return !std::isfinite(v) || v <= 0.0; };
+    const auto fail = [](const std::string & what, double v) {
+        throw std::invalid_argument("round cost prior: " + what + " = " + std::to_string(v) +
+                                    ": expected a finite ratio > 0");
+    };
+    if (bad(first)) fail("first", first);
+    if (bad(next)) fail("next", next);
+    if (bad(row)) fail("row", row);
+    for (size_t i = 0; i < verify.size(); ++i) {
+        if (bad(verify[i])) fail("verify[" + std::to_string(i) + "]", verify[i]);
+    }
+    if (!verify.empty() && verify[0] != 1.0) {
+        throw std::invalid_argument("round cost prior: verify[0] = " + std::to_string(verify[0]) +
+                                    ": the unit is a one-row verify, so it must be 1");
+    }
+}
+
 void DraftLengthPolicy::RecentCost::add(double sample) {
     if (samples_.size() < kWindow) {
         samples_.push_back(sample);
@@ -55,10 +81,11 @@ void DraftLengthPolicy::RecentCost::add(double sample) {
     ++count_;
 }
 
-DraftLengthPolicy::DraftLengthPolicy(int n_max, int n_min)
-    : n_max_(n_max), n_min_(std::max(n_min, 0)), tried_(std::max(n_max, 0), 0.0), kept_(std::max(n_max, 0), 0.0),
-      verify_ms_(std::max(n_max, 0) + 1), opening_left_(kOpening) {
+DraftLengthPolicy::DraftLengthPolicy(int n_max, int n_min, RoundCostPrior prior)
+    : n_max_(n_max), n_min_(std::max(n_min, 0)), prior_(std::move(prior)), tried_(std::max(n_max, 0), 0.0),
+      kept_(std::max(n_max, 0), 0.0), verify_ms_(std::max(n_max, 0) + 1), opening_left_(kOpening) {
     if (n_max < 0) throw std::invalid_argument("draft length policy: n_max = " + std::to_string(n_max) + " < 0");
+    prior_.check();
 }
 
 double DraftLengthPolicy::next_acceptance(int i, double before) const {
@@ -88,7 +115,7 @@ double DraftLengthPolicy::verify_cost(int rows) const {
     const RecentCost & own = verify_ms_[rows - 1];
     if (own.count() >= kTrusted) return own.get();
     // Row counts with kTrusted samples (else any measured) as the basis: a least squares line through two or
-    // more, the prior slope from one, the prior in units of a one-row verify from none.
+    // more, the prior's ratios scaled to the one from one, the prior in units of a one-row verify from none.
     size_t min_count = 1;
     for (const RecentCost & m : verify_ms_) {
         if (m.count() >= kTrusted) min_count = kTrusted;
@@ -99,7 +126,7 @@ double DraftLengthPolicy::verify_cost(int rows) const {
         const double v = verify_ms_[r - 1].get();
         n += 1, sr += r, sv += v, srr += double(r) * r, srv += r * v;
     }
-    const auto prior = [](double r) { return 1.0 + kPriorRowSlope * (r - 1); };
+    const auto prior = [this](double r) { return prior_.verify_ratio((int) r); };
     if (n == 0) return prior(rows);
     if (n == 1) return sv * prior(rows) / prior(sr);  // the one basis row count r = sr, its time sv
     const double slope = std::max(0.0, (n * srv - sr * sv) / (n * srr - sr * sr));
@@ -110,10 +137,10 @@ double DraftLengthPolicy::verify_cost(int rows) const {
 double DraftLengthPolicy::expected_cost(int k) const {
     const double u = unit();
     const double between = std::max(between_ms_.get(), 0.0);
-    if (k <= 0) return verify_cost(1) + (row_ms_.get() >= 0 ? row_ms_.get() : kPriorRow * u) + between;
+    if (k <= 0) return verify_cost(1) + (row_ms_.get() >= 0 ? row_ms_.get() : prior_.row * u) + between;
     k = std::min(k, n_max_);
-    const double first = first_ms_.get() >= 0 ? first_ms_.get() : kPriorFirst * u;
-    const double next = next_ms_.get() >= 0 ? next_ms_.get() : kPriorNext * u;
+    const double first = first_ms_.get() >= 0 ? first_ms_.get() : prior_.first * u;
+    const double next = next_ms_.get() >= 0 ? next_ms_.get() : prior_.next * u;
     return first + (k - 1) * next + verify_cost(k + 1) + between;
 }
 

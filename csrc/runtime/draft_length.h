@@ -8,9 +8,10 @@
 // Acceptance: counts decayed every round that drafted (half-life kHalfLife such rounds, so that it follows the
 // content; halved by an accepted probe) with a Beta prior, position j's anchored on position j-1's estimate.
 // Costs: robust means of the latest times measured on this machine and file (verify per row count; row counts never
-// measured from an affine fit of those that were, or from prior ratios before two were): the mean of the last
-// kWindow samples, each clipped at twice their median. Not plain means: on a shared machine one round in a few takes
-// 10x its usual time (preempted threads), and a mean would then turn drafting off for as long as the outlier weighs.
+// measured from an affine fit of those that were, or from the prior's ratios (RoundCostPrior) before two were): the
+// mean of the last kWindow samples, each clipped at twice their median. Not plain means: on a shared machine one round
+// in a few takes 10x its usual time (preempted threads), and a mean would then turn drafting off for as long as the
+// outlier weighs.
 // Not medians: a round with drafts runs more graphs than one without and has the heavier tail, so medians favour
 // drafting (bundled model q8_0, -t 2, held-out code: a round with one draft had median 3.56 ms and mean 3.82 ms,
 // one without 2.46 and 2.40; at the mean one draft gains 4%, at the median 14%). A new policy opens with rounds
@@ -30,11 +31,29 @@
 
 namespace glm5next {
 
+// What a round costs before this policy timed it, in units of a round without drafts (a one-row verify), so that
+// it holds however fast the machine runs at the moment (2-3x swings over seconds on a shared one): the policy
+// scales it by the rounds without drafts it timed. Measured at load on scratch rows (issue 28;
+// glm5next_runtime/draft_calibration.py), or the built-in ratios (bundled model q8_0 at -t 1, older builds: step 0
+// ~0.3, a later step ~0.25, a deferred draft-head row ~0.05, each verify row ~+0.25).
+struct RoundCostPrior {
+    double first = 0.3;         // draft step 0
+    double next = 0.25;         // each later draft step
+    double row = 0.05;          // a deferred draft-head row
+    std::vector<double> verify; // verify[r - 1]: a verify pass of r rows (verify[0] == 1); empty: 1 + 0.25 (r - 1)
+
+    // A verify pass of `rows` rows (>= 1): verify[rows - 1], past its end the line through its last two entries.
+    double verify_ratio(int rows) const;
+    // Throws std::invalid_argument, naming the field, for a ratio that is not finite and positive, or verify[0] != 1.
+    void check() const;
+};
+
 class DraftLengthPolicy {
 public:
     // n_max: the most drafts a round may carry (>= 0); n_min: a positive choice is at least this (shorter drafts
-    // are not verified, so choosing them would waste their steps). Throws std::invalid_argument for n_max < 0.
-    DraftLengthPolicy(int n_max, int n_min = 0);
+    // are not verified, so choosing them would waste their steps); prior: the costs assumed until timed. Throws
+    // std::invalid_argument for n_max < 0 or a bad prior (RoundCostPrior::check).
+    DraftLengthPolicy(int n_max, int n_min = 0, RoundCostPrior prior = {});
 
     // The next round's number of drafts in {0} U [max(1, n_min), limit] (limit clamped to [0, n_max]): the best
     // expected rate, or a one-draft probe when the best is 0 and probe_interval() rounds went by without drafts.
@@ -85,6 +104,7 @@ public:
     int probe_interval() const { return probe_interval_; }
     int n_max() const { return n_max_; }
     int n_min() const { return n_min_; }
+    const RoundCostPrior & prior() const { return prior_; }
 
     static constexpr double kHalfLife = 32.0;  // rounds; ~46 rounds of memory: follows a change of content
     // Rounds between probes while no drafting pays: the most loses C(1) - C(0), less what the probe's draft gains,
@@ -130,6 +150,7 @@ private:
     double unit() const;  // a one-row verify in ms (1 before any verify was timed)
 
     int n_max_, n_min_;
+    RoundCostPrior prior_;
     std::vector<double> tried_, kept_;  // per draft position j - 1: decayed trials and acceptances
     std::vector<RecentCost> verify_ms_;  // per row count r - 1: verify ms
     RecentCost first_ms_, next_ms_, row_ms_, between_ms_;  // step 0, a later step, a deferred row, the caller

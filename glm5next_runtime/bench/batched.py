@@ -38,7 +38,7 @@ class OursBatched:
         n_max, adaptive = (spec.n_max, spec.adaptive) if spec else (0, False)
         gens = [m.generator(n_max=n_max, adaptive=adaptive, temperature=0, seed=0) for m in self.models[:len(prompts)]]
         batch = _core.Batch(self.models[0].engine)
-        policy = self._policies.setdefault(n_max, _core.DraftLengthPolicy(n_max)) if adaptive else None
+        policy = self._policies.setdefault(n_max, self.models[0].new_draft_length_policy(n_max)) if adaptive else None
         for g, p in zip(gens, prompts):
             _core.Batch.start(g, p, False)
         t0 = time.perf_counter()

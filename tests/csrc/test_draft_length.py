@@ -50,6 +50,43 @@ def test_a_new_policy_times_plain_decoding_before_it_drafts():
     assert p.choose(3) == 1 and p.acceptance(1) == pytest.approx(0.5)
 
 
+def test_a_calibrated_prior_keeps_a_new_policy_from_drafting_where_verify_rows_cost_a_decode_step():
+    """The same opening as above, with a prior measured where a verify row costs ~0.9 of a round without drafts (the
+    bench preset q8_0 on a CPU): a draft at the prior's acceptance of 0.5 then loses, and the policy does not draft
+    before its probes measure acceptance (issue 28). The prior is in units of plain decoding, scaled to its timing."""
+    from glm5next_runtime import _core
+    prior = _core.RoundCostPrior(verify=[1.0, 1.9, 2.8, 3.7], first=0.15, next=0.1)
+    p = _core.DraftLengthPolicy(3, 0, prior)
+    assert p.prior.verify == [1.0, 1.9, 2.8, 3.7]
+    for _ in range(3):
+        assert p.choose(3) == 0
+        p.observe(0, 0, 1, 0, 0.0, 0.0, 4.0)
+    assert p.expected_cost(1) == pytest.approx(4.0 * (0.15 + 1.9))
+    assert p.expected_cost(3) == pytest.approx(4.0 * (0.15 + 2 * 0.1 + 3.7))
+    assert [p.choose(3) for _ in range(7)] == [0] * 7  # (the built-in prior drafts one here: the test above)
+    assert p.choose(3) == 1  # the eighth round without drafts: a probe
+
+
+def test_a_prior_past_its_rows_extends_the_line_through_its_last_two():
+    from glm5next_runtime import _core
+    assert _core.RoundCostPrior(verify=[1.0, 1.5]).verify_ratio(4) == pytest.approx(2.5)
+    assert _core.RoundCostPrior(verify=[1.0, 1.5, 1.8]).verify_ratio(2) == pytest.approx(1.5)
+    assert _core.RoundCostPrior().verify_ratio(3) == pytest.approx(1.5)  # built in: +0.25 per row
+
+
+@pytest.mark.parametrize("fields, culprit", [
+    (dict(verify=[2.0, 3.0]), r"verify\[0\] = 2.0+: the unit is a one-row verify"),
+    (dict(verify=[1.0, float("nan")]), r"verify\[1\] = nan"),
+    (dict(first=-0.1), "first = -0.1"),
+    (dict(next=0.0), "next = 0.0"),
+    (dict(row=float("inf")), "row = inf"),
+])
+def test_a_bad_prior_is_refused_naming_the_field(fields, culprit):
+    from glm5next_runtime import _core
+    with pytest.raises(ValueError, match=culprit):
+        _core.RoundCostPrior(**fields)
+
+
 def test_the_opening_ends_after_at_most_eight_rounds_when_none_is_timed():
     """A round that builds a graph is not timed (verify_ms < 0): the opening does not wait for timings for ever."""
     p = policy(opened=False)

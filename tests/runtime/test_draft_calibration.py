@@ -1,0 +1,80 @@
+"""Draft-MTP round costs measured at load (glm5next_runtime/draft_calibration.py; issue 28): a model that drafts with
+adaptive lengths times rounds of 0..n_max drafts on scratch sequences while it loads, and every draft length policy
+it makes (its own, a server slot's, a batch's, a benchmark's) assumes those costs until it timed its own."""
+from __future__ import annotations
+
+import pytest
+
+from conftest import random_tokens
+
+
+@pytest.fixture(scope="module")
+def model(predictable_gguf):
+    from glm5next_runtime import Model
+    return Model(predictable_gguf, n_ctx=256, n_threads=2, draft_n_max=3)
+
+
+def test_a_model_that_drafts_adaptively_times_its_rounds_at_load(model):
+    c = model.draft_calibration
+    assert len(c.prior.verify) == 4 and c.prior.verify[0] == 1.0  # verify passes of 1..n_max+1 rows
+    assert all(v > 0 for v in c.prior.verify) and c.prior.first > 0 and c.prior.next > 0
+    assert 1 <= c.rounds <= 9 and c.timed_ms > 0 and c.warmup_ms > 0
+    assert "verify rows 1.. 1.00, " in c.summary()
+
+
+def test_its_policies_assume_the_calibrated_costs(model):
+    verify = model.draft_calibration.prior.verify
+    assert model.generator(temperature=0).policy.prior.verify == verify  # a request's (shared) policy
+    assert model.another_sequence().generator(temperature=0).policy.prior.verify == verify  # a server slot's
+    synthetic = model.generator(temperature=0, synthetic_accepted=1.5).policy  # a benchmark's: its own
+    assert synthetic.prior.verify == verify and synthetic is not model.generator(temperature=0).policy
+    assert model.new_draft_length_policy(2, 1).prior.verify == verify
+
+
+def test_a_batchs_policy_assumes_the_costs_of_its_generations_policy(model):
+    from types import SimpleNamespace
+    from glm5next_runtime.scheduler import Scheduler
+    generator = model.generator(temperature=0)
+    made = Scheduler(512).batch_policy([SimpleNamespace(job=SimpleNamespace(generator=generator))])
+    assert made.prior.verify == model.draft_calibration.prior.verify and made is not generator.policy
+
+
+def test_a_zero_budget_times_one_round_of_each_kind(model):
+    from glm5next_runtime.draft_calibration import calibrate
+    c = calibrate(model.engine, 2, 0.0, {"cache_type": "f16"})
+    assert c.rounds == 1 and len(c.prior.verify) == 3
+
+
+def test_calibration_needs_a_draft(model):
+    from glm5next_runtime.draft_calibration import calibrate
+    with pytest.raises(ValueError, match="n_max = 0: must be >= 1"):
+        calibrate(model.engine, 0, 0.2, {})
+
+
+@pytest.mark.parametrize("kwargs", [dict(warmup=False), dict(draft_adaptive=False), dict(spec_type="none"),
+                                    dict(draft_n_max=0)])
+def test_no_calibration_without_adaptive_drafting(predictable_gguf, kwargs):
+    from glm5next_runtime import Model
+    assert Model(predictable_gguf, n_ctx=256, n_threads=2, **kwargs).draft_calibration is None
+
+
+def test_the_scratch_rounds_leave_the_models_sequence_empty(predictable_gguf):
+    """The scratch sequences are the calibration's own: a new model's sequence has no rows, and its first request
+    decodes as plain decoding does."""
+    from glm5next_runtime import Model
+    model = Model(predictable_gguf, n_ctx=256, n_threads=2, draft_n_max=3)
+    assert model.draft_calibration is not None and model.n_past == 0
+    prompt = random_tokens(40, seed=3)
+    drafted = model.generate(prompt, max_tokens=24, temperature=0, cache_prompt=False)
+    assert drafted.metrics["n_cached_tokens"] == 0
+    assert drafted.tokens == model.generate(prompt, max_tokens=24, temperature=0, spec_n_max=0,
+                                            cache_prompt=False).tokens
+
+
+@pytest.mark.parametrize("flags, warmup", [([], True), (["--no-warmup"], False), (["--warmup"], True)])
+def test_the_warmup_flags_of_llama_server_turn_it_on_and_off(flags, warmup):
+    import argparse
+    from glm5next_runtime.model_args import add_model_args, model_kwargs
+    p = argparse.ArgumentParser()
+    add_model_args(p)
+    assert model_kwargs(p.parse_args(["-m", "x.gguf", *flags]))["warmup"] is warmup
