@@ -13,7 +13,9 @@ void build_trunk_graph(TrunkGraph & g, ggml_context * ctx, const Model & model, 
         GraphPart & p = g.parts.add(r.cache, r.n_rows, r.all_logits ? r.n_rows : 1, kGatherMaxRows);
         p.layout = graph_layout(hp, r.cache.n_ctx, r.cache.n_past, r.n_rows);
         p.kpool = {r.cache.n_past, hp.idx_kpool, hp.idx_top_k / hp.idx_kpool, hp.idx_select_tail};
-        p.keep_snapshots = r.snapshots;
+        // a one-row verify pass is always kept whole (SeqCache::commit(1) of one row rolls nothing back): no
+        // snapshots, whose window copies were one node per KDA layer and sequence in every decode step (issue 24)
+        p.keep_snapshots = r.snapshots && r.n_rows > 1;
         p.cache_rows.emplace(ctx, r.n_rows);
     }
     for (uint32_t il = 0; il < hp.n_trunk(); ++il) {

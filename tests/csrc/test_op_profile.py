@@ -92,3 +92,24 @@ def test_one_timer_at_a_time(predictable_gguf):
         m.profile_traffic(True)
     m.engine.profile_ops(False)
     m.profile_traffic(True)  # each alone is fine
+
+
+def test_a_one_row_round_runs_a_one_row_decodes_graph_without_kda_snapshots(predictable_gguf):
+    """A draft-MTP round without drafts is a verify pass of one row, which commit always keeps whole: it copies no
+    per-row KDA snapshots (graph/trunk.cpp), so its graph has the nodes of a plain one-row decode, op for op."""
+    from glm5next_runtime import Model, _core
+    m = Model(predictable_gguf, n_ctx=256, n_threads=2, warmup=False)
+    engine = m.engine
+
+    def nodes(run):
+        engine.profile_ops(True)
+        run()
+        (graph,) = engine.op_profile().values()
+        engine.profile_ops(False)
+        return {op: n for op, (ms, n) in graph["ops"].items()}
+
+    m.eval(PROMPT[:30])
+    decode = nodes(lambda: m.eval(PROMPT[30:31]))
+    plain = _core.Generator(m.sequence, n_max=0, temperature=0.0)
+    plain.start(PROMPT[:30])
+    assert nodes(plain.step) == decode
