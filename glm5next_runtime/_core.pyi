@@ -481,7 +481,7 @@ class RoundCostPrior:
         ...
     def verify_ratio(self, rows: typing.SupportsInt | typing.SupportsIndex) -> float:
         """
-        A verify pass of rows rows: verify[rows - 1], past its end the line through its last two entries.
+        A verify pass of rows rows: verify[rows - 1]; past its end, its last entry plus the slope of its last two (at least 0; 0.25 with one entry); empty, 1 + 0.25 (rows - 1). ValueError for rows < 1.
         """
     @property
     def first(self) -> float:

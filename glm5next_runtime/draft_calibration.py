@@ -6,8 +6,8 @@ drafts. The built-in one says a verify row costs +0.25 of it; on this project's 
 q8_0 at -t 2: verify passes of 1..4 rows 1, 1.42, 1.70, 2.03; the bench preset 1, 1.84, 2.4, 2.8). Until the policy
 had timed verify passes of two row counts, a prior that low made drafting look up to 50% better than it was. Here
 each round kind is timed on a scratch sequence of the model's engine instead: rounds of 0..n_max drafts (synthetic
-acceptance, so each carries its full drafts), in turn, so that the machine's swings reach all kinds alike, and each
-kind's median taken.
+acceptance, so each carries its full drafts), in turn, so that the machine's swings reach all kinds alike, each
+kind's cost estimated as the policy estimates its own (robust_mean).
 """
 from __future__ import annotations
 
@@ -19,18 +19,25 @@ from . import _core
 
 # The scratch prompt: two tokens (ids valid in every vocabulary); its rows only give the rounds a context.
 SCRATCH_PROMPT = [0, 1]
-# Timed rounds per draft count: at least one, at most as many as the policy's window of recent timings (kWindow).
-MAX_ROUNDS = 9
-# The smallest ratio reported for a draft step (two medians' difference can be ~0 or negative in noise).
+# Rounds of a kind in a row after each start, per turn (the start's two-row prompt is not timed, and later turns
+# share it among more rounds): one in the first, so that a model whose rounds take tens of ms (the bench preset at
+# -t 1: ~40 ms for 4 rows) stays near the 200 ms budget; at most 9 in all, the policy's window of recent timings
+# (kWindow).
+TURN_ROUNDS = (1, 2, 3, 3)
+# The smallest ratio reported for a draft step (two estimates' difference can be ~0 or negative in noise).
 MIN_RATIO = 0.01
+# A sample counts at most this many times the median of its kind's (the policy's RecentCost, kClip).
+CLIP = 2.0
 
 
 @dataclass(frozen=True)
 class DraftCalibration:
-    """prior: the costs (_core.RoundCostPrior, units of a round without drafts); warmup_ms: the first round of each
-    kind (graphs built, weights first touched: what llama-server's warmup run pays at load); timed_ms: the timed
-    rounds; rounds: timed rounds per draft count."""
+    """prior: the costs (_core.RoundCostPrior, units of a round without drafts); measured_next: whether the later
+    draft steps were timed (n_max > 1; else prior.next is the built-in ratio); warmup_ms: the first round of each kind
+    (the weights first touched: what llama-server's warmup run pays at load); timed_ms: the timed rounds; rounds: the
+    fewest timed rounds of a kind (the first kinds may have had a turn more)."""
     prior: _core.RoundCostPrior
+    measured_next: bool
     warmup_ms: float
     timed_ms: float
     rounds: int
@@ -38,54 +45,74 @@ class DraftCalibration:
     def summary(self) -> str:
         """One line for a load report: the verify ratios and the time taken."""
         verify = ", ".join(f"{v:.2f}" for v in self.prior.verify)
+        later = f", later steps {self.prior.next:.2f}" if self.measured_next else ""
+        rounds = f"{self.rounds} round{'' if self.rounds == 1 else 's'} of each kind at least"
         return (f"draft-MTP round costs (x a round without drafts): verify rows 1.. {verify}; draft step "
-                f"{self.prior.first:.2f}, later steps {self.prior.next:.2f}; timed in {self.timed_ms:.0f} ms "
-                f"({self.rounds} rounds each) after a {self.warmup_ms:.0f} ms warmup")
+                f"{self.prior.first:.2f}{later}; timed in {self.timed_ms:.0f} ms ({rounds}) after a "
+                f"{self.warmup_ms:.0f} ms warmup")
+
+
+def robust_mean(samples: list[float]) -> float:
+    """The mean of `samples` (ms), each clipped at CLIP times their median: the estimate DraftLengthPolicy makes of
+    the costs it times (csrc/runtime/draft_length.h: not medians, which favour drafting; not plain means, which one
+    preempted round would swing), so that the prior it starts from is the one its own timings would give."""
+    cap = CLIP * statistics.median(samples)
+    return sum(min(x, cap) for x in samples) / len(samples)
 
 
 def calibrate(engine: _core.Engine, n_max: int, budget_s: float, sequence_args: dict) -> DraftCalibration:
     """Times draft-MTP rounds of 0..n_max drafts on `engine` and returns their costs relative to a round without
-    drafts: verify passes of 1..n_max+1 rows, draft step 0 and the later steps (a deferred draft-head row keeps the
-    built-in ratio). The rounds run on one scratch sequence (sequence_args: _core.Seq's, the model's cache type),
-    freed on return: one, not one per kind, for the real model's KDA states take ~140 MiB per sequence. Each timed
-    round starts its generator anew on the two-token scratch prompt (untimed), so that the kinds can take turns: the
-    machine's swings then reach all of them alike. After a warmup round of each kind, rounds are timed in turn (one
-    of each kind at least, at most MAX_ROUNDS each) until budget_s seconds of them have passed: the budget is
-    exceeded by at most one round and the restarts.
+    drafts: verify passes of 1..n_max+1 rows (each at least the one of a row fewer: a longer pass never costs less,
+    and noise must not say it does), draft step 0 and the later steps, and a deferred draft-head row (not timed here:
+    the built-in ratio to step 0, scaled to the measured step 0). The rounds run on one scratch sequence
+    (sequence_args: _core.Seq's, the model's cache type), freed on return: one, not one per kind, for the real
+    model's KDA states take ~140 MiB per sequence. Each turn starts a kind's generator anew on the two-token scratch
+    prompt (untimed) and times TURN_ROUNDS rounds, so that the kinds can take turns: the machine's swings then reach
+    all of them alike. A warmup round of each kind comes first (the weights first touched, the scratch sequence's
+    graphs built; reported apart, outside the budget); then turns are timed in order, one of each kind at least (one
+    round each), more while less than budget_s seconds have passed since the warmup: the budget is exceeded by at
+    most one turn, or by one turn of each kind when a model's rounds are slower than budget_s / (n_max + 1).
 
     Raises what _core.Seq and _core.Generator raise: RuntimeError when a device cannot hold the scratch caches,
     ValueError for n_max < 1, n_max >= the engine's n_batch, or logits that are NaN.
     """
     if n_max < 1:
         raise ValueError(f"draft calibration: n_max = {n_max}: must be >= 1")
-    seq = _core.Seq(engine, len(SCRATCH_PROMPT) + n_max + 1, **dict(sequence_args, n_checkpoints=0, draft_rows=True))
+    seq = _core.Seq(engine, len(SCRATCH_PROMPT) + max(TURN_ROUNDS) * (n_max + 1),
+                    **dict(sequence_args, n_checkpoints=0, draft_rows=True))
     kinds = [_core.Generator(seq, n_max=k, synthetic_accepted=float(k) if k else -1.0, adaptive=False,
                              temperature=0.0) for k in range(n_max + 1)]
 
-    def round_ms(k: int) -> tuple[float, float]:
-        """A round of kind k on a fresh start: (its verify ms, its draft ms)."""
+    def turn(k: int, rounds: int) -> list[tuple[float, float]]:
+        """`rounds` rounds of kind k after a fresh start: (verify ms, draft ms) of each."""
         kinds[k].start(SCRATCH_PROMPT, cache_prompt=False)
-        before = kinds[k].stats
-        kinds[k].step()
-        after = kinds[k].stats
-        return after["verify_ms"] - before["verify_ms"], after["draft_ms"] - before["draft_ms"]
+        out = []
+        for _ in range(rounds):
+            before = kinds[k].stats
+            kinds[k].step()
+            after = kinds[k].stats
+            out.append((after["verify_ms"] - before["verify_ms"], after["draft_ms"] - before["draft_ms"]))
+        return out
 
     t0 = time.perf_counter()
     for k in range(len(kinds)):
-        round_ms(k)  # builds its graphs
+        turn(k, 1)  # first touches the weights, builds the scratch sequence's graphs
     t1 = time.perf_counter()
     samples: list[list[tuple[float, float]]] = [[] for _ in kinds]
-    for i in range(MAX_ROUNDS * len(kinds)):  # kinds in turn; each at least once, then while the budget lasts
+    for i in range(len(TURN_ROUNDS) * len(kinds)):  # kinds in turn; each at least once, then while the budget lasts
         if i >= len(kinds) and time.perf_counter() - t1 >= budget_s:
             break
-        samples[i % len(kinds)].append(round_ms(i % len(kinds)))
+        samples[i % len(kinds)] += turn(i % len(kinds), TURN_ROUNDS[i // len(kinds)])
     timed_ms = (time.perf_counter() - t1) * 1e3
-    verify = [statistics.median(v for v, _ in kind) for kind in samples]
-    draft = [statistics.median(d for _, d in kind) for kind in samples]
-    unit = verify[0]
-    first = draft[1] / unit
-    later = (draft[n_max] / unit - first) / (n_max - 1) if n_max > 1 else _core.RoundCostPrior().next
-    return DraftCalibration(
-        prior=_core.RoundCostPrior(verify=[v / unit for v in verify], first=max(first, MIN_RATIO),
-                                   next=max(later, MIN_RATIO)),
-        warmup_ms=(t1 - t0) * 1e3, timed_ms=timed_ms, rounds=len(samples[-1]))
+    unit = robust_mean([v for v, _ in samples[0]])
+    verify = [1.0]
+    for kind in samples[1:]:
+        verify.append(max(verify[-1], robust_mean([v for v, _ in kind]) / unit))
+    draft = [robust_mean([d for _, d in kind]) / unit for kind in samples]
+    built_in = _core.RoundCostPrior()
+    first = max(draft[1], MIN_RATIO)
+    later = max((draft[n_max] - draft[1]) / (n_max - 1), MIN_RATIO) if n_max > 1 else None
+    prior = _core.RoundCostPrior(verify=verify, first=first, next=later if later is not None else built_in.next,
+                                 row=built_in.row * first / built_in.first)
+    return DraftCalibration(prior=prior, measured_next=later is not None, warmup_ms=(t1 - t0) * 1e3,
+                            timed_ms=timed_ms, rounds=min(len(kind) for kind in samples))

@@ -98,7 +98,7 @@ class Model:
         draft_adaptive: each round drafts as many as pay on this machine and file, at most draft_n_max, from the
             acceptance and timings the generation measures (none when drafting does not pay; _core.DraftLengthPolicy),
             and, until a round was timed, from costs measured at load (draft_calibration: rounds of 0..draft_n_max
-            drafts timed on a scratch sequence in ~200 ms, or 2% of the load time when that is more; see warmup).
+            drafts timed on a scratch sequence for ~200 ms, or 2% of the load time when that is more; see warmup).
             Greedy output, and sampled output with spec_sampling "match", is the same either way. With "rejection",
             sampled output depends on the draft lengths, so a generation that samples with a fixed seed drafts
             draft_n_max every round (its output reproducible, not timing-dependent) unless generator(adaptive=True)
@@ -119,10 +119,10 @@ class Model:
             key and value, and the indexer's keys and gates; "f16" (llama.cpp's default), "bf16", "f32", "q8_0" or
             "q4_0" (for widths that are whole blocks of 32). The pooled keys and the KDA states stay f32
             (docs/runtime.md, Engine).
-        warmup: with adaptive drafting, run each kind of draft-MTP round once at load on a scratch sequence (graphs
-            built, weights first touched: llama-server's --warmup) and time them for the draft length policies
-            (draft_calibration, a DraftCalibration; None when False, and the built-in cost ratios are assumed until
-            rounds are timed).
+        warmup: with adaptive drafting, run each kind of draft-MTP round at load on a scratch sequence (the weights
+            first touched, as by llama-server's --warmup; a request's own graphs are still built at its first rounds)
+            and time them for the draft length policies (draft_calibration, a DraftCalibration; None when False, and
+            the built-in cost ratios are assumed until rounds are timed).
         rpc: "HOST:PORT" endpoints (a list, or one str) of ggml RPC servers (glm5next-rpc-server, llama.cpp's
             --rpc) whose devices become placement targets. ggml's registry keeps them for the life of the process:
             a later Model in the same process sees them too (devices=[...] chooses).
@@ -193,8 +193,9 @@ class Model:
                          p_min=draft_p_min, index_share=INDEX_SHARE[spec_index_share], adaptive=draft_adaptive,
                          sampled_accept=spec_sampling)
         self._draft_length_policies: dict[tuple[int, int], _core.DraftLengthPolicy] = {}  # _draft_length_policy
-        # what a draft length policy assumes until it timed a round (issue 28): measured now, in at most 2% of the
-        # load time or 200 ms of timed rounds, whichever is more; kept by reload (the same machine and file)
+        # what a draft length policy assumes until it timed a round (issue 28): measured now, timed rounds for 2% of
+        # the load time or 200 ms, whichever is more (draft_calibration.calibrate says by how much a slow model's
+        # rounds exceed it); kept by reload (the same machine and file)
         self.draft_calibration: DraftCalibration | None = None
         if warmup and self.spec["adaptive"] and self.spec["n_max"] > 0:
             budget_s = max(CALIBRATION_BUDGET_S, CALIBRATION_SHARE * (time.perf_counter() - load_start))

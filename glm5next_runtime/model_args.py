@@ -126,9 +126,9 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                    help="accepted for llama-server's command lines, and changes nothing: MLA keeps one latent for "
                         "keys and values, of -ctk's type")
     p.add_argument("--warmup", action=argparse.BooleanOptionalAction, default=True,
-                   help="at load, run each kind of draft-MTP round on a scratch sequence: their graphs built, the "
-                        "weights first touched and their costs timed for the adaptive draft lengths (llama-server's "
-                        "warmup run; with --spec-draft-adaptive on; default on)")
+                   help="at load, run each kind of draft-MTP round on a scratch sequence: the weights first touched "
+                        "(llama-server's warmup run) and the rounds' costs timed for the adaptive draft lengths "
+                        "(with --spec-draft-adaptive on; default on)")
     p.add_argument("-cpent", "--checkpoint-every-n-tokens", type=int, default=8192, metavar="N",
                    help="while prefilling, a context checkpoint every N tokens besides the one at the end of every "
                         "prompt (8192)")

@@ -291,7 +291,8 @@ DraftLengthPolicy timed it, in units of a round without drafts (a one-row verify
         .def_readonly("next", &RoundCostPrior::next, "Each later draft step.")
         .def_readonly("row", &RoundCostPrior::row, "A deferred draft-head row.")
         .def("verify_ratio", &RoundCostPrior::verify_ratio, py::arg("rows"),
-             "A verify pass of rows rows: verify[rows - 1], past its end the line through its last two entries.")
+             "A verify pass of rows rows: verify[rows - 1]; past its end, its last entry plus the slope of its last "
+             "two (at least 0; 0.25 with one entry); empty, 1 + 0.25 (rows - 1). ValueError for rows < 1.")
         .def("__repr__", [](const RoundCostPrior & p) {
             std::string v;
             for (double x : p.verify) v += (v.empty() ? "" : ", ") + std::to_string(x);

@@ -15,7 +15,8 @@ namespace {
 // from the estimate of the position before (acceptance after an accepted draft is rarely lower: measured on the
 // bundled model, code and prose, per-position acceptance 0.55 0.62 0.66 at n_max 3).
 constexpr double kPriorAccept = 0.5, kPriorWeight = 1.0;
-// The built-in prior's slope: each verify row ~+0.25 of a one-row verify (RoundCostPrior).
+// The built-in prior's slope per verify row, in one-row verifies (RoundCostPrior; an assumption: ~+0.15 was measured
+// on the bundled model q8_0 at -t 1 then, 0.4-0.9 on this project's CPUs since: issue 28).
 constexpr double kPriorRowSlope = 0.25;
 // A row count's own estimate counts once it has this many samples; before, the others' line stands for it (one
 // sample may be an outlier, and a row count only the choice of k measures would keep it for good).
@@ -38,6 +39,7 @@ constexpr double kNewsBelow = 0.25;
 }  // namespace
 
 double RoundCostPrior::verify_ratio(int rows) const {
+    if (rows < 1) throw std::invalid_argument("verify_ratio: rows = " + std::to_string(rows) + ": must be >= 1");
     const int n = (int) verify.size();
     if (n == 0) return 1.0 + kPriorRowSlope * (rows - 1);
     if (rows <= n) return verify[rows - 1];

@@ -35,14 +35,15 @@ namespace glm5next {
 // it holds however fast the machine runs at the moment (2-3x swings over seconds on a shared one): the policy
 // scales it by the rounds without drafts it timed. Measured at load on scratch rows (issue 28;
 // glm5next_runtime/draft_calibration.py), or the built-in ratios (bundled model q8_0 at -t 1, older builds: step 0
-// ~0.3, a later step ~0.25, a deferred draft-head row ~0.05, each verify row ~+0.25).
+// ~0.3, a later step ~0.25, a deferred draft-head row ~0.05; each verify row +0.25, an assumed slope).
 struct RoundCostPrior {
     double first = 0.3;         // draft step 0
     double next = 0.25;         // each later draft step
     double row = 0.05;          // a deferred draft-head row
     std::vector<double> verify; // verify[r - 1]: a verify pass of r rows (verify[0] == 1); empty: 1 + 0.25 (r - 1)
 
-    // A verify pass of `rows` rows (>= 1): verify[rows - 1], past its end the line through its last two entries.
+    // A verify pass of `rows` rows: verify[rows - 1]; past its end, its last entry plus the slope of its last two
+    // (at least 0; 0.25 with one entry); empty, 1 + 0.25 (rows - 1). Throws std::invalid_argument for rows < 1.
     double verify_ratio(int rows) const;
     // Throws std::invalid_argument, naming the field, for a ratio that is not finite and positive, or verify[0] != 1.
     void check() const;

@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     snap("baseline (imports)")
     placement = dict(rpc=args.rpc.split(",") if args.rpc else [], n_gpu_layers=args.n_gpu_layers,
-                     cpu_moe=args.cpu_moe, cache_type_k=args.cache_type_k)
+                     cpu_moe=args.cpu_moe, cache_type_k=args.cache_type_k, warmup=not args.no_warmup)
     ours = load_runner(OursRunner, PROG, path, n_ctx, args.threads, args.batch_size, **placement)
     snap("glm5next loaded")
     inputs = draw_inputs(ours, max(max_depth, warm_n), max_prompt, max_gen, args.seed, args.tg_tokens == "argmax")

@@ -36,8 +36,8 @@ class OursRunner:
     key = OURS
 
     def __init__(self, path: Path, n_ctx: int, n_threads: int, n_batch: int, **placement):
-        """placement: Model's rpc / n_gpu_layers / cpu_moe / cache_type_k (the bench's --rpc, -ngl, --cpu-moe,
-        -ctk)."""
+        """placement: Model's rpc / n_gpu_layers / cpu_moe / cache_type_k / warmup (the bench's --rpc, -ngl,
+        --cpu-moe, -ctk, --no-warmup)."""
         from ..model import Model
         self._load = partial(Model, path, n_ctx=n_ctx, n_threads=n_threads, n_batch=n_batch, **placement)
         self.model = self._load()

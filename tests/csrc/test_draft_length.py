@@ -72,6 +72,8 @@ def test_a_prior_past_its_rows_extends_the_line_through_its_last_two():
     assert _core.RoundCostPrior(verify=[1.0, 1.5]).verify_ratio(4) == pytest.approx(2.5)
     assert _core.RoundCostPrior(verify=[1.0, 1.5, 1.8]).verify_ratio(2) == pytest.approx(1.5)
     assert _core.RoundCostPrior().verify_ratio(3) == pytest.approx(1.5)  # built in: +0.25 per row
+    with pytest.raises(ValueError, match="rows = 0: must be >= 1"):
+        _core.RoundCostPrior(verify=[1.0, 1.5]).verify_ratio(0)
 
 
 @pytest.mark.parametrize("fields, culprit", [

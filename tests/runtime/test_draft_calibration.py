@@ -1,5 +1,5 @@
 """Draft-MTP round costs measured at load (glm5next_runtime/draft_calibration.py; issue 28): a model that drafts with
-adaptive lengths times rounds of 0..n_max drafts on scratch sequences while it loads, and every draft length policy
+adaptive lengths times rounds of 0..n_max drafts on a scratch sequence while it loads, and every draft length policy
 it makes (its own, a server slot's, a batch's, a benchmark's) assumes those costs until it timed its own."""
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ def test_a_model_that_drafts_adaptively_times_its_rounds_at_load(model):
     assert len(c.prior.verify) == 4 and c.prior.verify[0] == 1.0  # verify passes of 1..n_max+1 rows
     assert all(v > 0 for v in c.prior.verify) and c.prior.first > 0 and c.prior.next > 0
     assert 1 <= c.rounds <= 9 and c.timed_ms > 0 and c.warmup_ms > 0
-    assert "verify rows 1.. 1.00, " in c.summary()
+    assert "verify rows 1.. 1.00, " in c.summary() and "later steps" in c.summary() and c.measured_next
 
 
 def test_its_policies_assume_the_calibrated_costs(model):
@@ -58,17 +58,27 @@ def test_no_calibration_without_adaptive_drafting(predictable_gguf, kwargs):
     assert Model(predictable_gguf, n_ctx=256, n_threads=2, **kwargs).draft_calibration is None
 
 
-def test_the_scratch_rounds_leave_the_models_sequence_empty(predictable_gguf):
-    """The scratch sequences are the calibration's own: a new model's sequence has no rows, and its first request
-    decodes as plain decoding does."""
+def test_a_calibration_that_fails_warns_and_the_model_loads(predictable_gguf):
+    """What fails on the scratch rounds fails a request too, where it is named: n_max 3 does not fit ubatches of 2
+    rows. The load goes on with the built-in ratios."""
     from glm5next_runtime import Model
-    model = Model(predictable_gguf, n_ctx=256, n_threads=2, draft_n_max=3)
-    assert model.draft_calibration is not None and model.n_past == 0
-    prompt = random_tokens(40, seed=3)
-    drafted = model.generate(prompt, max_tokens=24, temperature=0, cache_prompt=False)
-    assert drafted.metrics["n_cached_tokens"] == 0
-    assert drafted.tokens == model.generate(prompt, max_tokens=24, temperature=0, spec_n_max=0,
-                                            cache_prompt=False).tokens
+    with pytest.warns(RuntimeWarning, match="round costs not measured at load .*n_batch"):
+        m = Model(predictable_gguf, n_ctx=256, n_threads=2, n_batch=2, draft_n_max=3)
+    assert m.draft_calibration is None and m.new_draft_length_policy(3).prior.verify == []
+    with pytest.raises(ValueError, match="n_batch"):
+        m.generator(temperature=0)
+
+
+def test_robust_mean_is_the_policys_estimate_clipped_at_twice_the_median():
+    from glm5next_runtime.draft_calibration import robust_mean
+    assert robust_mean([1.0, 1.0, 10.0]) == pytest.approx(4.0 / 3.0)  # 10 counts as 2
+    assert robust_mean([2.0]) == 2.0
+
+
+def test_the_verify_ratios_never_fall_as_rows_are_added(model):
+    from glm5next_runtime.draft_calibration import calibrate
+    verify = calibrate(model.engine, 3, 0.05, {"cache_type": "f16"}).prior.verify
+    assert verify[0] == 1.0 and all(b >= a for a, b in zip(verify, verify[1:]))
 
 
 @pytest.mark.parametrize("flags, warmup", [([], True), (["--no-warmup"], False), (["--warmup"], True)])
