@@ -149,7 +149,7 @@ ggml_tensor * BlockBuilder::conv(ggml_tensor * xp, ggml_tensor * kernel, ggml_te
     ggml_build_forward_expand(gf, ggml_cpy(ctx, tail, conv_cache));
     *xt_out = xt;
     ggml_tensor * y = ggml_ssm_conv(ctx, ggml_reshape_3d(ctx, xt, K - 1 + n_rows, channels, 1), kernel);
-    return ggml_silu(ctx, ggml_reshape_2d(ctx, y, channels, n_rows));
+    return ggml_reshape_2d(ctx, y, channels, n_rows);
 }
 
 // KDA (docs/model.md, KDA): gated delta rule per head, state in the cache. The projections run over the group's rows,
@@ -171,7 +171,9 @@ ggml_tensor * BlockBuilder::kda(ggml_tensor * x, const LayerWeights & w, uint32_
         convolved.push_back(conv(rows_view(ctx, proj, 1, part.row0, part.n_rows), kernel, c.conv, part.n_rows,
                                  &xts[p]));
     }
-    ggml_tensor * qkv = concat_rows(ctx, convolved, 1);  // [3*inner, T]: q | k | v per row
+    // [3*inner, T]: q | k | v per row; the SiLU once over the group's rows, not per part (one node per KDA layer
+    // instead of one per sequence in a step of several: issue 24)
+    ggml_tensor * qkv = ggml_silu(ctx, concat_rows(ctx, convolved, 1));
     auto part_of = [&](int i) {  // q, k or v as [d, nh, T, 1]
         return ggml_view_4d(ctx, qkv, d, nh, T, 1, d * sizeof(float), qkv->nb[1], qkv->nb[1] * T, i * inner * sizeof(float));
     };

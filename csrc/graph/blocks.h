@@ -165,8 +165,9 @@ private:
     void write_rows_at(ggml_tensor * src, ggml_tensor * cache, ggml_tensor * rows) const;
     ggml_tensor * glu(ggml_tensor * gate, ggml_tensor * up) const;
     // A part's causal depthwise conv (kernel [K, channels]) of its projected rows xp [channels, n_rows], with its
-    // window carried in the cache (conv_cache [K-1, channels]), then SiLU; *xt_out: the window and the rows, [K-1+n,
-    // channels] (what a verify pass's rollback cuts the window from).
+    // window carried in the cache (conv_cache [K-1, channels]), before the SiLU (kda applies it to all parts at
+    // once); *xt_out: the window and the rows, [K-1+n, channels] (what a verify pass's rollback cuts the window
+    // from).
     ggml_tensor * conv(ggml_tensor * xp, ggml_tensor * kernel, ggml_tensor * conv_cache, int64_t n_rows,
                        ggml_tensor ** xt_out) const;
     ggml_tensor * index_rows(GraphPart & part, const LayerCache & c, const LayerWeights & w, ggml_tensor * ik,
