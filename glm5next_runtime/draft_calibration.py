@@ -11,7 +11,9 @@ kind's cost estimated as the policy estimates its own (robust_mean).
 """
 from __future__ import annotations
 
+import os
 import statistics
+import threading
 import time
 from dataclasses import dataclass
 
@@ -61,6 +63,41 @@ def robust_mean(samples: list[float]) -> float:
 
 
 def calibrate(engine: _core.Engine, n_max: int, budget_s: float, sequence_args: dict) -> DraftCalibration:
+    """time_rounds on a thread of its own, which has ended when this returns: ggml's CPU backend keeps an OpenMP team
+    for every thread that ran a graph until that thread ends, and two live teams make every graph several times
+    slower (csrc/runtime/graph_threads.h). On the caller's thread, the load's rounds left the main thread's team
+    alive under glm5next-server's scheduler thread: draft-MTP at 1 client went from 600-800 to 185-240 tok/s
+    (bundled model q8_0, -t 2). Raises what time_rounds raises."""
+    calibrations: list[DraftCalibration] = []
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            calibrations.append(time_rounds(engine, n_max, budget_s, sequence_args))
+        except BaseException as e:  # noqa: BLE001 - raised again on the caller's thread
+            errors.append(e)
+
+    thread = threading.Thread(target=run, name="glm5next-draft-calibration")
+    thread.start()
+    thread.join()
+    wait_until_gone(thread)
+    if errors:
+        raise errors[0]
+    return calibrations[0]
+
+
+def wait_until_gone(thread: threading.Thread, timeout_s: float = 1.0) -> None:
+    """Waits until a joined thread's OS thread has exited (at most timeout_s): join returns once its Python code is
+    done, before the thread's C++ thread_local destructors and libgomp's team go (at pthread exit), and a graph run
+    on another thread in between would count two live teams (graph_threads.h: a false warning; seen under load in
+    the test suite). Linux (/proc/self/task); elsewhere it returns at once."""
+    task = f"/proc/self/task/{thread.native_id}"
+    deadline = time.perf_counter() + timeout_s
+    while os.path.exists(task) and time.perf_counter() < deadline:
+        time.sleep(0.0005)
+
+
+def time_rounds(engine: _core.Engine, n_max: int, budget_s: float, sequence_args: dict) -> DraftCalibration:
     """Times draft-MTP rounds of 0..n_max drafts on `engine` and returns their costs relative to a round without
     drafts: verify passes of 1..n_max+1 rows (each at least the one of a row fewer: a longer pass never costs less,
     and noise must not say it does), draft step 0 and the later steps, and a deferred draft-head row (not timed here:

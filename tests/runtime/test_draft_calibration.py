@@ -3,6 +3,10 @@ adaptive lengths times rounds of 0..n_max drafts on a scratch sequence while it 
 it makes (its own, a server slot's, a batch's, a benchmark's) assumes those costs until it timed its own."""
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
+
 import pytest
 
 from conftest import random_tokens
@@ -88,3 +92,32 @@ def test_the_warmup_flags_of_llama_server_turn_it_on_and_off(flags, warmup):
     p = argparse.ArgumentParser()
     add_model_args(p)
     assert model_kwargs(p.parse_args(["-m", "x.gguf", *flags]))["warmup"] is warmup
+
+
+def test_the_load_leaves_no_openmp_team_behind_for_a_generation_thread(predictable_gguf):
+    """The rounds timed at load run on a thread that has ended when the model is returned: a generation on another
+    thread (a server's scheduler, a web framework's worker) is then the only live thread with an OpenMP team, and
+    the engine does not warn of two (graph_threads.h: two live teams on two cores made the server's draft-MTP 3x
+    slower). The warning does come once the main thread has generated and another thread generates: a fresh
+    process, for it comes once per process."""
+    script = textwrap.dedent(f"""
+        import sys, threading
+        from glm5next_runtime import Model
+        from glm5next_runtime.draft_calibration import wait_until_gone
+        m = Model({str(predictable_gguf)!r}, n_ctx=256, n_threads=2)
+        assert m.draft_calibration is not None
+        def on_a_thread():
+            t = threading.Thread(target=lambda: m.generate([1, 2, 3], max_tokens=8, temperature=0))
+            t.start()
+            t.join()
+            wait_until_gone(t)  # its team gone before the main thread runs a graph
+        on_a_thread()
+        m.generate([1, 2, 3], max_tokens=8, temperature=0)  # the main thread's team, alive from now on
+        print("main thread generated", file=sys.stderr, flush=True)
+        on_a_thread()
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    before, marker, after = out.stderr.partition("main thread generated")
+    assert marker and "ggml graphs now run on" not in before
+    assert "ggml graphs now run on 2 live threads" in after
