@@ -470,8 +470,8 @@ class Batch:
 class RoundCostPrior:
     """
     What a draft-MTP round costs before a
-    DraftLengthPolicy timed it, in units of a round without drafts (a one-row verify): measured at load on scratch rows
-    (glm5next_runtime/draft_calibration.py), or the built-in ratios (csrc/runtime/draft_length.h).
+    DraftLengthPolicy timed it, in units of a round without drafts (a one-row verify): measured at load on a scratch
+    sequence (glm5next_runtime/draft_calibration.py), or the built-in ratios (csrc/runtime/draft_length.h).
     """
     def __init__(self, verify: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex] = [], first: typing.SupportsFloat | typing.SupportsIndex = 0.3, next: typing.SupportsFloat | typing.SupportsIndex = 0.25, row: typing.SupportsFloat | typing.SupportsIndex = 0.05) -> None:
         """

@@ -25,8 +25,8 @@ SPEC_TYPES = ("draft-mtp", "none")
 INDEX_SHARE = {"auto": -1, "off": 0, "on": 1}  # spec_index_share -> _core.Generator's index_share
 SPEC_SAMPLING = ("match", "rejection")  # spec_sampling: how drafts are kept when sampling (_core.Generator)
 DRAFT_N_MAX = 3  # the default draft_n_max: --spec-draft-n-max's default and glm5next-bench's `auto`
-# the draft calibration's timed rounds at load: at most this share of the load time or CALIBRATION_BUDGET_S, whichever
-# is more (issue 28)
+# the draft calibration's timed rounds at load: for this share of the load time or CALIBRATION_BUDGET_S seconds,
+# whichever is more (issue 28)
 CALIBRATION_SHARE, CALIBRATION_BUDGET_S = 0.02, 0.2
 
 

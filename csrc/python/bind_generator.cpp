@@ -274,8 +274,8 @@ verify(masks); emitted(i). A generator's tokens and drafts are those it gives al
         .def("__len__", &Batch::size);
 
     py::class_<RoundCostPrior>(mod, "RoundCostPrior", R"doc(What a draft-MTP round costs before a
-DraftLengthPolicy timed it, in units of a round without drafts (a one-row verify): measured at load on scratch rows
-(glm5next_runtime/draft_calibration.py), or the built-in ratios (csrc/runtime/draft_length.h).)doc")
+DraftLengthPolicy timed it, in units of a round without drafts (a one-row verify): measured at load on a scratch
+sequence (glm5next_runtime/draft_calibration.py), or the built-in ratios (csrc/runtime/draft_length.h).)doc")
         .def(py::init([](std::vector<double> verify, double first, double next, double row) {
                  RoundCostPrior p{first, next, row, std::move(verify)};
                  p.check();

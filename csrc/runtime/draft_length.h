@@ -33,7 +33,7 @@ namespace glm5next {
 
 // What a round costs before this policy timed it, in units of a round without drafts (a one-row verify), so that
 // it holds however fast the machine runs at the moment (2-3x swings over seconds on a shared one): the policy
-// scales it by the rounds without drafts it timed. Measured at load on scratch rows (issue 28;
+// scales it by the rounds without drafts it timed. Measured at load on a scratch sequence (issue 28;
 // glm5next_runtime/draft_calibration.py), or the built-in ratios (bundled model q8_0 at -t 1, older builds: step 0
 // ~0.3, a later step ~0.25, a deferred draft-head row ~0.05; each verify row +0.25, an assumed slope).
 struct RoundCostPrior {

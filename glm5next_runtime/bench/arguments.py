@@ -87,8 +87,9 @@ def parser() -> argparse.ArgumentParser:
                    help="also run every row on llama-cpp-python (same file, threads, batch), interleaved")
     p.add_argument("--tg-tokens", choices=["random", "argmax"], default="random",
                    help="tg input: a fixed pseudo-random sequence (llama-bench) or each step's argmax")
-    p.add_argument("--no-warmup", action="store_true", help="skip the untimed run of each row before its repetitions, and glm5next's warmup at load (Model(warmup=False): "
-                        "no draft-MTP round costs timed)")
+    p.add_argument("--no-warmup", action="store_true",
+                   help="skip the untimed run of each row before its repetitions, and glm5next's warmup at load "
+                        "(Model(warmup=False): no draft-MTP round costs timed)")
     p.add_argument("--seed", type=int, default=0, help="seed of the token ids fed (default 0)")
     p.add_argument("-o", "--output", choices=["md", "csv", "json"], default="md", help="output format (default md)")
     p.add_argument("--spec-n-max", type=_spec_n_max_list, default=[],
