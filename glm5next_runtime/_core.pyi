@@ -511,6 +511,11 @@ class DraftLengthPolicy:
     n_min, shared by its generators).
     """
     RECONSIDER_AFTER: typing.ClassVar[int] = 4096
+    @staticmethod
+    def clipped_mean(samples: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex]) -> float:
+        """
+        The policy's estimate of a cost from its latest timings (ms): their mean, each clipped at twice their median. ValueError for no samples or more than the policy's window of 9.
+        """
     def __init__(self, n_max: typing.SupportsInt | typing.SupportsIndex, n_min: typing.SupportsInt | typing.SupportsIndex = 0, prior: RoundCostPrior = ...) -> None:
         """
         n_max: the most drafts (ValueError when < 0); n_min: a positive choice is at least this; prior: the round costs assumed until timed (Model.draft_calibration's, measured at load).

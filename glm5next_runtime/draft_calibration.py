@@ -7,12 +7,11 @@ q8_0 at -t 2: verify passes of 1..4 rows 1, 1.42, 1.70, 2.03; the bench preset 1
 had timed verify passes of two row counts, a prior that low made drafting look up to 50% better than it was. Here
 each round kind is timed on a scratch sequence of the model's engine instead: rounds of 0..n_max drafts (synthetic
 acceptance, so each carries its full drafts), in turn, so that the machine's swings reach all kinds alike, each
-kind's cost estimated as the policy estimates its own (robust_mean).
+kind's cost estimated as the policy estimates its own (DraftLengthPolicy.clipped_mean).
 """
 from __future__ import annotations
 
 import os
-import statistics
 import threading
 import time
 from dataclasses import dataclass
@@ -28,8 +27,6 @@ SCRATCH_PROMPT = [0, 1]
 TURN_ROUNDS = (1, 2, 3, 3)
 # The smallest ratio reported for a draft step (two estimates' difference can be ~0 or negative in noise).
 MIN_RATIO = 0.01
-# A sample counts at most this many times the median of its kind's (the policy's RecentCost, kClip).
-CLIP = 2.0
 
 
 @dataclass(frozen=True)
@@ -52,14 +49,6 @@ class DraftCalibration:
         return (f"draft-MTP round costs (x a round without drafts): verify rows 1.. {verify}; draft step "
                 f"{self.prior.first:.2f}{later}; timed in {self.timed_ms:.0f} ms ({rounds}) after a "
                 f"{self.warmup_ms:.0f} ms warmup")
-
-
-def robust_mean(samples: list[float]) -> float:
-    """The mean of `samples` (ms), each clipped at CLIP times their median: the estimate DraftLengthPolicy makes of
-    the costs it times (csrc/runtime/draft_length.h: not medians, which favour drafting; not plain means, which one
-    preempted round would swing), so that the prior it starts from is the one its own timings would give."""
-    cap = CLIP * statistics.median(samples)
-    return sum(min(x, cap) for x in samples) / len(samples)
 
 
 def calibrate(engine: _core.Engine, n_max: int, budget_s: float, sequence_args: dict) -> DraftCalibration:
@@ -141,11 +130,12 @@ def time_rounds(engine: _core.Engine, n_max: int, budget_s: float, sequence_args
             break
         samples[i % len(kinds)] += turn(i % len(kinds), TURN_ROUNDS[i // len(kinds)])
     timed_ms = (time.perf_counter() - t1) * 1e3
-    unit = robust_mean([v for v, _ in samples[0]])
+    estimate = _core.DraftLengthPolicy.clipped_mean  # the policy's own estimator
+    unit = estimate([v for v, _ in samples[0]])
     verify = [1.0]
     for kind in samples[1:]:
-        verify.append(max(verify[-1], robust_mean([v for v, _ in kind]) / unit))
-    draft = [robust_mean([d for _, d in kind]) / unit for kind in samples]
+        verify.append(max(verify[-1], estimate([v for v, _ in kind]) / unit))
+    draft = [estimate([d for _, d in kind]) / unit for kind in samples]
     built_in = _core.RoundCostPrior()
     first = max(draft[1], MIN_RATIO)
     later = max((draft[n_max] - draft[1]) / (n_max - 1), MIN_RATIO) if n_max > 1 else None

@@ -491,37 +491,31 @@ class Model:
                                temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed,
                                n_probs=-1 if n_probs is None else n_probs, post_sampling_probs=post_sampling_probs,
                                logit_bias=bias,
-                               policy=self._draft_length_policy(spec) if synthetic_accepted < 0 else
-                               self._fresh_draft_length_policy(spec),
+                               policy=self._draft_length_policy(spec, shared=synthetic_accepted < 0),
                                end_ids=end_of_generation_ids(self.tokenizer))
 
-    def _draft_length_policy(self, spec: dict) -> _core.DraftLengthPolicy | None:
-        """The draft length policy of adaptive generators with spec's n_max and n_min: one per pair for this
+    def _draft_length_policy(self, spec: dict, shared: bool = True) -> _core.DraftLengthPolicy | None:
+        """The draft length policy of adaptive generators with spec's n_max and n_min. shared: one per pair for this
         sequence's life, so that what a request learned of acceptance and of this machine's timings carries over to
-        the next (a new policy per request relearned from its prior: ~2% of a short reply, issue 15). Not shared
-        with another_sequence's (a server's slots run at once; the C++ policy has no lock). None without adaptive
-        drafting."""
+        the next (a new policy per request relearned from its prior: ~2% of a short reply, issue 15); not shared
+        with another_sequence's (a server's slots run at once; the C++ policy has no lock). False: a new one (a
+        generator with synthetic acceptance, whose made-up outcomes must not teach the shared one). None without
+        adaptive drafting."""
         if not spec["adaptive"] or spec["n_max"] <= 0:
             return None
         key = (spec["n_max"], max(spec["n_min"], 0))
+        if not shared:
+            return self.new_draft_length_policy(*key)
         if key not in self._draft_length_policies:
             self._draft_length_policies[key] = self.new_draft_length_policy(*key)
         return self._draft_length_policies[key]
-
-    def _fresh_draft_length_policy(self, spec: dict) -> _core.DraftLengthPolicy | None:
-        """A policy of its own for a generator with synthetic acceptance (benchmarks): its made-up outcomes must not
-        teach the shared one. None without adaptive drafting."""
-        if not spec["adaptive"] or spec["n_max"] <= 0:
-            return None
-        return self.new_draft_length_policy(spec["n_max"], max(spec["n_min"], 0))
 
     def new_draft_length_policy(self, n_max: int, n_min: int = 0) -> _core.DraftLengthPolicy:
         """A new _core.DraftLengthPolicy for rounds on this model's engine: it assumes the round costs measured at
         load (draft_calibration) until it timed its own, or the built-in ratios without a calibration. Raises
         ValueError for n_max < 0."""
-        if self.draft_calibration is None:
-            return _core.DraftLengthPolicy(n_max, n_min)
-        return _core.DraftLengthPolicy(n_max, n_min, self.draft_calibration.prior)
+        prior = self.draft_calibration.prior if self.draft_calibration else _core.RoundCostPrior()
+        return _core.DraftLengthPolicy(n_max, n_min, prior)
 
     @property
     def devices(self) -> list[str]:

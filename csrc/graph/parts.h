@@ -47,7 +47,7 @@ struct GraphPart {
     std::optional<InputCacheRows> cache_rows;
     std::optional<InputKpoolRows> kpool_rows;  // when a layer on another device selects with ggml's standard ops
     ggml_tensor * tail_keys = nullptr;         // and attends densely: its rows' tail keys (kpool_tail_keys_std)
-    bool keep_snapshots = false;               // a verify pass: per-row KDA snapshots
+    bool keep_snapshots = false;               // a verify pass of several rows: per-row KDA snapshots
     std::vector<KdaSnapshots> snapshots;       // per KDA layer, with keep_snapshots
     std::vector<ggml_tensor *> selections;     // trunk: per DSA layer, i32 [n_top_pool, n_rows] chosen pools
 };

@@ -309,6 +309,11 @@ n_min, shared by its generators).)doc")
              "n_max: the most drafts (ValueError when < 0); n_min: a positive choice is at least this; prior: the "
              "round costs assumed until timed (Model.draft_calibration's, measured at load).")
         .def_property_readonly("prior", &DraftLengthPolicy::prior, "The RoundCostPrior it was made with.")
+        .def_static("clipped_mean", [](const std::vector<double> & samples) {
+                        return glm5next::clipped_mean(samples.data(), samples.size());
+                    }, py::arg("samples"),
+                    "The policy's estimate of a cost from its latest timings (ms): their mean, each clipped at twice "
+                    "their median. ValueError for no samples or more than the policy's window of 9.")
         .def("choose", &DraftLengthPolicy::choose, py::arg("limit"),
              "The next round's drafts in {0} + [max(1, n_min), min(limit, n_max)]; a one-draft probe every "
              "probe_interval rounds while the best is 0.")

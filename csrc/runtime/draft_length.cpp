@@ -65,6 +65,20 @@ void RoundCostPrior::check() const {
     }
 }
 
+double clipped_mean(const double * samples, size_t n) {
+    if (n < 1 || n > kCostWindow) {
+        throw std::invalid_argument("clipped_mean of " + std::to_string(n) + " samples: expected 1.." +
+                                    std::to_string(kCostWindow));
+    }
+    std::array<double, kCostWindow> sorted;  // no allocation per round
+    std::copy(samples, samples + n, sorted.begin());
+    std::nth_element(sorted.begin(), sorted.begin() + n / 2, sorted.begin() + n);
+    const double cap = kClip * sorted[n / 2];
+    double sum = 0.0;
+    for (size_t i = 0; i < n; ++i) sum += std::min(samples[i], cap);
+    return sum / double(n);
+}
+
 void DraftLengthPolicy::RecentCost::add(double sample) {
     if (samples_.size() < kWindow) {
         samples_.push_back(sample);
@@ -72,14 +86,7 @@ void DraftLengthPolicy::RecentCost::add(double sample) {
         samples_[next_] = sample;
         next_ = (next_ + 1) % kWindow;
     }
-    std::array<double, kWindow> sorted;  // no allocation per round
-    std::copy(samples_.begin(), samples_.end(), sorted.begin());
-    const size_t n = samples_.size();
-    std::nth_element(sorted.begin(), sorted.begin() + n / 2, sorted.begin() + n);
-    const double cap = kClip * sorted[n / 2];
-    double sum = 0.0;
-    for (double v : samples_) sum += std::min(v, cap);
-    cost_ = sum / double(n);
+    cost_ = clipped_mean(samples_.data(), samples_.size());
     ++count_;
 }
 

@@ -49,6 +49,12 @@ struct RoundCostPrior {
     void check() const;
 };
 
+// The estimate a DraftLengthPolicy makes of a cost from its latest timings: the mean of samples[0, n) (ms), each
+// clipped at twice their median (why: DraftLengthPolicy's header). 1 <= n <= kCostWindow, else std::invalid_argument.
+// The calibration at load estimates its rounds with it too, so that a prior is what the policy's timings would give.
+constexpr size_t kCostWindow = 9;
+double clipped_mean(const double * samples, size_t n);
+
 class DraftLengthPolicy {
 public:
     // n_max: the most drafts a round may carry (>= 0); n_min: a positive choice is at least this (shorter drafts
@@ -115,11 +121,10 @@ public:
     static constexpr int64_t kReconsiderAfter = 4096;  // dormant rounds before reconsider judges can_pay anew
 
 private:
-    // The mean of the latest kWindow samples (a timing in ms), each clipped at twice their median; < 0 before the
-    // first.
+    // clipped_mean of the latest kWindow samples (a timing in ms); < 0 before the first.
     class RecentCost {
     public:
-        static constexpr size_t kWindow = 9;
+        static constexpr size_t kWindow = kCostWindow;
         void add(double sample);
         double get() const { return cost_; }
         size_t count() const { return count_; }  // samples added, all told
