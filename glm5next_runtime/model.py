@@ -86,6 +86,10 @@ class Model:
         n_ctx: context size in tokens (-c), >= 1.
         n_threads: CPU threads (-t); None = all cores.
         n_batch: prompt tokens per forward pass (-b), >= 1.
+        n_seq_max: the sequences (this one and those another_sequence makes) whose KDA states live in the engine's
+            cells, as llama.cpp's n_seq_max sizes its recurrent memory (the server passes -np): their decode rows
+            share one conv and one gated delta rule per KDA layer when batched (csrc/runtime/kda_cells.h). More
+            sequences may be made; theirs run per sequence. >= 1.
         override_kv: llama.cpp --override-kv "KEY=TYPE:VALUE" strings (see _core.Model).
         n_gpu_layers, cpu_moe, n_cpu_moe, override_tensor, split_mode, tensor_split, main_gpu, draft_device:
             placement as in llama-server (-ngl, --cpu-moe, --n-cpu-moe, -ot, -sm, -ts, -mg, -devd; see
@@ -144,10 +148,10 @@ class Model:
                  rpc: Sequence[str] = (), devices: Sequence[str] | None = None, split_mode: str = "layer",
                  tensor_split: Sequence[float] | None = None, main_gpu: int = 0, draft_device: str | None = None,
                  ctx_checkpoints: int = 32, checkpoint_every: int = 8192, cache_type_k: str = "f16",
-                 warmup: bool = True):
+                 warmup: bool = True, n_seq_max: int = 1):
         load_start = time.perf_counter()
         for name, value in (("n_ctx", n_ctx), ("n_batch", n_batch), ("n_threads", n_threads),
-                            ("checkpoint_every", checkpoint_every)):
+                            ("checkpoint_every", checkpoint_every), ("n_seq_max", n_seq_max)):
             if value is not None and value < 1:
                 raise ValueError(f"{name} = {value}: must be >= 1")
         if ctx_checkpoints < 0:
@@ -157,6 +161,7 @@ class Model:
         self._sequence_args = dict(n_checkpoints=ctx_checkpoints, checkpoint_every=checkpoint_every,
                                    cache_type=cache_type_k)
         self._n_verify_rows = max(draft_n_max, 0) + 1
+        self.n_seq_max = n_seq_max
         # checked before ggml's client sees them: it aborts on a bad endpoint
         _core.add_rpc_servers([rpc] if isinstance(rpc, str) else list(rpc))
         self._files = (os.fspath(path), os.fspath(draft_model) if draft_model else None, list(override_kv))
@@ -207,7 +212,7 @@ class Model:
 
     def _new_engine(self) -> _core.Engine:
         return _core.Engine(self._core, self.n_batch, self.n_threads, self._spec_draft_type, self._draft_core,
-                            self._n_verify_rows)
+                            self._n_verify_rows, self.n_seq_max)
 
     def _new_sequence(self) -> _core.Seq:
         return _core.Seq(self._engine, self._n_ctx, **self._sequence_args)

@@ -152,9 +152,10 @@ ggml_tensor * BlockBuilder::conv(ggml_tensor * xp, ggml_tensor * kernel, ggml_te
     return ggml_reshape_2d(ctx, y, channels, n_rows);
 }
 
-// KDA (docs/model.md, KDA): gated delta rule per head, state in the cache. The projections run over the group's rows,
-// the conv windows and recurrent states per part. q, k and v are convolved together (their windows sit side by side
-// in the conv cache, graph/layer_cache.h): one conv per part instead of three, the same arithmetic per channel.
+// KDA (docs/model.md, KDA): gated delta rule per head, state in the cache. The projections run over the group's rows;
+// the conv windows and recurrent states per part, or of all parts at once when their states are in cells of the
+// engine's (RowGroup::kda_over_cells). q, k and v are convolved together (their windows sit side by side in the conv
+// cache, graph/layer_cache.h): one conv instead of three, the same arithmetic per channel.
 ggml_tensor * BlockBuilder::kda(ggml_tensor * x, const LayerWeights & w, uint32_t il) const {
     const int64_t d = hp.kda_head_dim, nh = hp.n_head, inner = hp.kda_inner(), K = hp.ssm_conv_kernel;
     // q and k are L2-normalized per head as x / sqrt(sum x^2 + 1e-6) == rms_norm(x, 1e-6/d) / sqrt(d)
@@ -162,18 +163,23 @@ ggml_tensor * BlockBuilder::kda(ggml_tensor * x, const LayerWeights & w, uint32_
     ggml_tensor * proj = ggml_concat(ctx, ggml_concat(ctx, mm(w.wq, x), mm(w.wk, x), 0), mm(w.wv, x), 0);  // [3*inner, T]
     auto taps = [&](ggml_tensor * k) { return ggml_reshape_2d(ctx, k, K, inner); };
     ggml_tensor * kernel = ggml_concat(ctx, ggml_concat(ctx, taps(w.conv_q), taps(w.conv_k), 1), taps(w.conv_v), 1);
-    std::vector<KdaSnapshots> snaps(group->parts.size());
-    std::vector<ggml_tensor *> convolved, xts(group->parts.size());
-    for (size_t p = 0; p < group->parts.size(); ++p) {
-        const GraphPart & part = *group->parts[p];
-        const LayerCache & c = part.cache.layer(il);
-        snaps[p].cache = &c;
-        convolved.push_back(conv(rows_view(ctx, proj, 1, part.row0, part.n_rows), kernel, c.conv, part.n_rows,
-                                 &xts[p]));
+    const bool over_cells = group->kda_over_cells();
+    // the windows and rows each conv ran over, [K-1+n, channels, P]: one for all parts over cells, else one per part
+    std::vector<ggml_tensor *> xts;
+    ggml_tensor * convolved;  // [3*inner, T], before the SiLU
+    if (over_cells) {
+        convolved = conv_over_cells(proj, kernel, il, &xts.emplace_back());
+    } else {
+        std::vector<ggml_tensor *> pieces;
+        for (const GraphPart * part : group->parts) {
+            pieces.push_back(conv(rows_view(ctx, proj, 1, part->row0, part->n_rows), kernel, part->cache.layer(il).conv,
+                                  part->n_rows, &xts.emplace_back()));
+        }
+        convolved = concat_rows(ctx, pieces, 1);
     }
-    // [3*inner, T]: q | k | v per row; the SiLU once over the group's rows, not per part (one node per KDA layer
-    // instead of one per sequence in a step of several: issue 24)
-    ggml_tensor * qkv = ggml_silu(ctx, concat_rows(ctx, convolved, 1));
+    // q | k | v per row; the SiLU once over the group's rows, not per part (one node per KDA layer instead of one per
+    // sequence in a step of several: issue 24)
+    ggml_tensor * qkv = ggml_silu(ctx, convolved);
     auto part_of = [&](int i) {  // q, k or v as [d, nh, T, 1]
         return ggml_view_4d(ctx, qkv, d, nh, T, 1, d * sizeof(float), qkv->nb[1], qkv->nb[1] * T, i * inner * sizeof(float));
     };
@@ -192,41 +198,97 @@ ggml_tensor * BlockBuilder::kda(ggml_tensor * x, const LayerWeights & w, uint32_
     }
     ggml_tensor * beta = ggml_reshape_4d(ctx, ggml_sigmoid(ctx, mm(w.ssm_beta, x)), 1, nh, T, 1);
 
-    std::vector<ggml_tensor *> outs;
-    for (size_t p = 0; p < group->parts.size(); ++p) {
-        GraphPart & part = *group->parts[p];
-        const LayerCache & c = *snaps[p].cache;
-        const int64_t r0 = part.row0, n = part.n_rows;
-        ggml_tensor * state = ggml_reshape_4d(ctx, c.state, d, d, nh, 1);
-        ggml_tensor * packed = ggml_gated_delta_net(ctx, rows_view(ctx, q, 2, r0, n), rows_view(ctx, k, 2, r0, n),
-                                                    rows_view(ctx, v, 2, r0, n), rows_view(ctx, gate, 2, r0, n),
-                                                    rows_view(ctx, beta, 2, r0, n), state, part.keep_snapshots ? n : 1);
-        if (part.keep_snapshots) {
-            // the conv window after each row r: pre-conv rows [r+1, r+K) of xt [K-1+n, channels], each made
-            // contiguous, side by side in [K-1, channels, n] (a rollback copies one of them, on the device; one
-            // overlapping 3-D view would be smaller, but ggml sizes a view as if it were contiguous)
-            ggml_tensor * xt = xts[p];
-            ggml_tensor * windows = nullptr;
-            for (int64_t r = 0; r < n; ++r) {
-                ggml_tensor * w_r = ggml_cont(ctx, ggml_view_2d(ctx, xt, K - 1, xt->ne[1], xt->nb[1], (r + 1) * xt->nb[0]));
-                windows = windows ? ggml_concat(ctx, windows, w_r, 2) : ggml_reshape_3d(ctx, w_r, K - 1, xt->ne[1], 1);
-            }
-            snaps[p].windows = windows;
-            snaps[p].packed = packed;
-            ggml_set_output(packed);
-            ggml_set_output(snaps[p].windows);
-            ggml_build_forward_expand(gf, snaps[p].windows);  // no later node reads it: expanded here
-            part.snapshots.push_back(snaps[p]);
+    ggml_tensor * o;  // [d, nh, T]
+    if (over_cells) {
+        o = delta_rule_over_cells(q, k, v, gate, beta, il, xts[0]);
+    } else {
+        std::vector<ggml_tensor *> outs;
+        for (size_t p = 0; p < group->parts.size(); ++p) {
+            GraphPart & part = *group->parts[p];
+            const LayerCache & c = part.cache.layer(il);
+            const int64_t r0 = part.row0, n = part.n_rows;
+            ggml_tensor * state = ggml_reshape_4d(ctx, c.state, d, d, nh, 1);
+            ggml_tensor * packed = ggml_gated_delta_net(ctx, rows_view(ctx, q, 2, r0, n), rows_view(ctx, k, 2, r0, n),
+                                                        rows_view(ctx, v, 2, r0, n), rows_view(ctx, gate, 2, r0, n),
+                                                        rows_view(ctx, beta, 2, r0, n), state, part.keep_snapshots ? n : 1);
+            if (part.keep_snapshots) keep_snapshots({&part}, il, packed, xts[p]);
+            outs.push_back(ggml_view_3d(ctx, packed, d, nh, n, d * sizeof(float), d * nh * sizeof(float), 0));
+            ggml_tensor * new_state = ggml_view_1d(ctx, packed, d * d * nh, d * nh * n * sizeof(float));
+            ggml_build_forward_expand(gf, ggml_cpy(ctx, new_state, ggml_reshape_1d(ctx, c.state, d * d * nh)));
         }
-        outs.push_back(ggml_view_3d(ctx, packed, d, nh, n, d * sizeof(float), d * nh * sizeof(float), 0));
-        ggml_tensor * new_state = ggml_view_1d(ctx, packed, d * d * nh, d * nh * n * sizeof(float));
-        ggml_build_forward_expand(gf, ggml_cpy(ctx, new_state, ggml_reshape_1d(ctx, c.state, d * d * nh)));
+        o = concat_rows(ctx, outs, 2);
     }
-    ggml_tensor * o = concat_rows(ctx, outs, 2);  // [d, nh, T]
 
     ggml_tensor * og = ggml_reshape_3d(ctx, mm(w.ssm_g_b, mm(w.ssm_g_a, x)), d, nh, T);
     o = ggml_mul(ctx, ggml_mul(ctx, ggml_rms_norm(ctx, ggml_cont(ctx, o), hp.rms_eps), w.ssm_norm), ggml_sigmoid(ctx, og));
     return mm(w.wo, ggml_reshape_2d(ctx, o, d * nh, T));
+}
+
+// The conv of every part at once (RowGroup::kda_over_cells), over the windows in their cells: proj [channels, T]
+// holds P parts of n = T / P rows each. The parts' windows are gathered into [K-1, channels, P], each followed by its
+// rows (*xt_out: [K-1+n, channels, P]), convolved as P sequences by one ggml_ssm_conv (the same sums per channel and
+// row as each part alone), and the new windows written back to the cells. Returns the conv output [channels, T]
+// (before the SiLU).
+ggml_tensor * BlockBuilder::conv_over_cells(ggml_tensor * proj, ggml_tensor * kernel, uint32_t il,
+                                            ggml_tensor ** xt_out) const {
+    const LayerCache & c = group->parts[0]->cache.layer(il);
+    const int64_t K = hp.ssm_conv_kernel, channels = proj->ne[0], P = (int64_t) group->parts.size(), n = T / P;
+    ggml_tensor * cells = group->kda_cells_input(ctx);
+    ggml_tensor * windows = ggml_reshape_3d(ctx, ggml_get_rows(ctx, c.conv_cells, cells), K - 1, channels, P);
+    ggml_tensor * rows = ggml_permute(ctx, ggml_reshape_3d(ctx, proj, channels, n, P), 1, 0, 2, 3);  // [n, channels, P]
+    ggml_tensor * xt = ggml_concat(ctx, windows, rows, 0);
+    ggml_tensor * tail =
+        ggml_cont(ctx, ggml_view_3d(ctx, xt, K - 1, channels, P, xt->nb[1], xt->nb[2], n * xt->nb[0]));
+    tail = ggml_reshape_2d(ctx, tail, (K - 1) * channels, P);
+    ggml_build_forward_expand(gf, ggml_set_rows(ctx, c.conv_cells, tail, cells));
+    *xt_out = xt;
+    return ggml_reshape_2d(ctx, ggml_ssm_conv(ctx, xt, kernel), channels, T);
+}
+
+// The gated delta rule of every part at once (RowGroup::kda_over_cells), over the states in their cells: q, k, v and
+// gate [d, nh, T], beta [1, nh, T], P parts of n = T / P rows each, run as P sequences by one ggml_gated_delta_net
+// (each (sequence, head) the same arithmetic as the part alone); the final states are written back to the cells, and
+// the parts that keep snapshots get them from `xt` (conv_over_cells) and the op's per-row states. Returns the
+// outputs [d, nh, T].
+ggml_tensor * BlockBuilder::delta_rule_over_cells(ggml_tensor * q, ggml_tensor * k, ggml_tensor * v, ggml_tensor * gate,
+                                                  ggml_tensor * beta, uint32_t il, ggml_tensor * xt) const {
+    const LayerCache & c = group->parts[0]->cache.layer(il);
+    const int64_t d = hp.kda_head_dim, nh = hp.n_head, P = (int64_t) group->parts.size(), n = T / P;
+    const bool snapshots = group->parts[0]->keep_snapshots;
+    ggml_tensor * cells = group->kda_cells_input(ctx);
+    ggml_tensor * states = ggml_reshape_4d(ctx, ggml_get_rows(ctx, c.state_cells, cells), d, d, nh, P);
+    auto per_part = [&](ggml_tensor * t) { return ggml_reshape_4d(ctx, t, t->ne[0], nh, n, P); };
+    ggml_tensor * packed = ggml_gated_delta_net(ctx, per_part(q), per_part(k), per_part(v), per_part(gate),
+                                                per_part(beta), states, snapshots ? n : 1);
+    // after the T outputs: slot 0, the P final states of d*d*nh each
+    ggml_tensor * new_states =
+        ggml_view_2d(ctx, packed, d * d * nh, P, d * d * nh * sizeof(float), d * nh * T * sizeof(float));
+    ggml_build_forward_expand(gf, ggml_set_rows(ctx, c.state_cells, new_states, cells));
+    if (snapshots) keep_snapshots(group->parts, il, packed, xt);
+    return ggml_view_3d(ctx, packed, d, nh, T, d * sizeof(float), d * nh * sizeof(float), 0);
+}
+
+// What a verify pass leaves for its rollback (graph/layer_cache.h, KdaSnapshots), for `parts` (n rows each) run by
+// one gated delta rule whose output is `packed` and one conv over xt [K-1+n, channels, P]: the conv window after each
+// row r, pre-conv rows [r+1, r+K) of each part, made contiguous, side by side in windows [K-1, channels, P, n] (a
+// rollback copies one of them, on the device; one overlapping view would be smaller, but ggml sizes a view as if it
+// were contiguous).
+void BlockBuilder::keep_snapshots(const std::vector<GraphPart *> & parts, uint32_t il, ggml_tensor * packed,
+                                  ggml_tensor * xt) const {
+    const int64_t K = hp.ssm_conv_kernel, channels = xt->ne[1], P = (int64_t) parts.size(), n = parts[0]->n_rows;
+    ggml_tensor * windows = nullptr;
+    for (int64_t r = 0; r < n; ++r) {
+        ggml_tensor * w_r =
+            ggml_cont(ctx, ggml_view_3d(ctx, xt, K - 1, channels, P, xt->nb[1], xt->nb[2], (r + 1) * xt->nb[0]));
+        w_r = ggml_reshape_4d(ctx, w_r, K - 1, channels, P, 1);
+        windows = windows ? ggml_concat(ctx, windows, w_r, 3) : w_r;
+    }
+    ggml_set_output(packed);
+    ggml_set_output(windows);
+    ggml_build_forward_expand(gf, windows);  // no later node reads it: expanded here
+    for (int64_t p = 0; p < P; ++p) {
+        parts[p]->snapshots.push_back(KdaSnapshots{&parts[p]->cache.layer(il), packed, windows, p, P});
+    }
 }
 
 // The kpool indexer's cache rows (docs/model.md, Indexer) of one part, from the group's key rows ik [idim, T] and gate

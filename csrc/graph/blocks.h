@@ -138,7 +138,7 @@ public:
     ggml_tensor * swiglu(ggml_tensor * x, ggml_tensor * wg, ggml_tensor * wu, ggml_tensor * wd, float limit) const;
     ggml_tensor * moe(ggml_tensor * x, const LayerWeights & w, int il) const;
     // KDA of layer il over the group's rows, each part on its own conv window and state (and its snapshots when it
-    // keeps them).
+    // keeps them), or all parts at once on the states in their cells (RowGroup::kda_over_cells).
     ggml_tensor * kda(ggml_tensor * x, const LayerWeights & w, uint32_t il) const;
 
     // Sparse MLA of layer il. `sels` holds one Selection per part of the group: with `run_indexer` the layer's
@@ -170,6 +170,13 @@ private:
     // from).
     ggml_tensor * conv(ggml_tensor * xp, ggml_tensor * kernel, ggml_tensor * conv_cache, int64_t n_rows,
                        ggml_tensor ** xt_out) const;
+    // kda's conv and gated delta rule of all the group's parts at once, on the states in their cells (blocks.cpp).
+    ggml_tensor * conv_over_cells(ggml_tensor * proj, ggml_tensor * kernel, uint32_t il, ggml_tensor ** xt_out) const;
+    ggml_tensor * delta_rule_over_cells(ggml_tensor * q, ggml_tensor * k, ggml_tensor * v, ggml_tensor * gate,
+                                        ggml_tensor * beta, uint32_t il, ggml_tensor * xt) const;
+    // The KDA snapshots of a verify pass's `parts` in layer il (blocks.cpp), added to each part's.
+    void keep_snapshots(const std::vector<GraphPart *> & parts, uint32_t il, ggml_tensor * packed,
+                        ggml_tensor * xt) const;
     ggml_tensor * index_rows(GraphPart & part, const LayerCache & c, const LayerWeights & w, ggml_tensor * ik,
                              ggml_tensor * ig) const;
     Selection select(GraphPart & part, ggml_tensor * pooled, ggml_tensor * iq, ggml_tensor * wts) const;

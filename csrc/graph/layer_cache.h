@@ -14,6 +14,9 @@ namespace glm5next {
 struct LayerCache {
     ggml_tensor * conv = nullptr;    // KDA: f32 [K-1, 3*inner] (ggml_ssm_conv's state layout)
     ggml_tensor * state = nullptr;   // KDA: f32 [d, d, n_head] (ggml_gated_delta_net's layout, S transposed)
+    // KDA, in a cell of the engine's (runtime/kda_cells.h): conv and state are views of row CacheView::kda_cell of
+    ggml_tensor * conv_cells = nullptr;   // f32 [(K-1) * 3*inner, n_cells]
+    ggml_tensor * state_cells = nullptr;  // f32 [d*d*n_head, n_cells]
     // the rows are of the sequence's cache type (f16 by default; bf16, f32, q8_0 or q4_0: SequenceParams::cache_type)
     ggml_tensor * latent = nullptr;  // DSA: [kv_lora_rank, n_ctx]
     ggml_tensor * idx_k = nullptr;   // full indexer: [idx_head_dim, n_ctx] (after k_norm)
@@ -29,6 +32,7 @@ struct CacheView {
     uint32_t n_layers = 0;
     int64_t n_past = 0;
     int64_t n_ctx = 0;
+    int32_t kda_cell = -1;  // the cell of the engine's its KDA layers' states are in (runtime/kda_cells.h), or -1
 
     const LayerCache & layer(uint32_t il) const { return layers[il - first_layer]; }
 };
@@ -38,8 +42,12 @@ struct CacheView {
 // device), valid until the next graph is allocated; the sequence cache rolls back from them (SeqCache::commit).
 struct KdaSnapshots {
     const LayerCache * cache = nullptr;
-    ggml_tensor * packed = nullptr;   // ggml_gated_delta_net output: outputs, then one state per row (slot s = s rows back)
-    ggml_tensor * windows = nullptr;  // f32 [K-1, 3*inner, T]: window r is the conv cache after row r (q|k|v channels)
+    // ggml_gated_delta_net's output over n_parts sequences of T rows each: the outputs, then per slot s (the states s
+    // rows back from the last) the state of every sequence
+    ggml_tensor * packed = nullptr;
+    ggml_tensor * windows = nullptr;  // f32 [K-1, 3*inner, n_parts, T]: the conv caches after each row (q|k|v channels)
+    int64_t part = 0;     // which of the n_parts sequences this one is (several: their states were in cells)
+    int64_t n_parts = 1;
 };
 
 }  // namespace glm5next

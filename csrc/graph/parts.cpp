@@ -41,6 +41,29 @@ void RowGroup::set_out_rows() const {
     out_rows->set_input(rows.data());
 }
 
+bool RowGroup::kda_over_cells() const {
+    if (parts.size() < 2) return false;
+    for (const GraphPart * p : parts) {
+        if (p->cache.kda_cell < 0 || p->n_rows != parts[0]->n_rows ||
+            p->keep_snapshots != parts[0]->keep_snapshots) {
+            return false;
+        }
+    }
+    return true;
+}
+
+ggml_tensor * RowGroup::kda_cells_input(ggml_context * ctx) {
+    if (!kda_cells) kda_cells.emplace(ctx, GGML_TYPE_I32, (int64_t) parts.size(), 1, "inp_kda_cells");
+    return kda_cells->t;
+}
+
+void RowGroup::set_kda_cells() const {
+    if (!kda_cells) return;
+    std::vector<int32_t> cells;
+    for (const GraphPart * p : parts) cells.push_back(p->cache.kda_cell);
+    kda_cells->set_input(cells.data());
+}
+
 ggml_tensor * rows_view(ggml_context * ctx, ggml_tensor * t, int dim, int64_t r0, int64_t n) {
     if (r0 == 0 && n == t->ne[dim]) return t;
     int64_t ne[4] = {t->ne[0], t->ne[1], t->ne[2], t->ne[3]};

@@ -62,6 +62,14 @@ struct RowGroup {
     int64_t n_out = 0;                       // output rows of its parts
     std::optional<InputRowScale> row_scale;  // rows that select no key (without kpool_select_tail)
     std::optional<InputArray> out_rows;      // i32 [n_out]: the output rows, when they are not its rows or last row
+    std::optional<InputArray> kda_cells;     // i32 [n_parts]: the parts' KDA cells, when KDA runs on them at once
+
+    // Whether the KDA layers run over all parts at once, on the states in their cells (BlockBuilder::kda): several
+    // parts of equal rows, each with a cell of the engine's (runtime/kda_cells.h), all or none keeping snapshots.
+    bool kda_over_cells() const;
+    // The parts' cells, i32 [n_parts] (an input created at the first call, filled by set_kda_cells).
+    ggml_tensor * kda_cells_input(ggml_context * ctx);
+    void set_kda_cells() const;
 
     // The group's output rows of x [n_embd, n_rows]: x itself or its last row when that is what its one part
     // outputs, else the rows out_rows lists (an input created here, filled by set_out_rows).

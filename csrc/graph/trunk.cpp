@@ -92,6 +92,7 @@ void TrunkGraph::set_inputs(const int32_t * tokens, const std::vector<int64_t> &
     for (const RowGroup & group : parts.groups) {
         for (const GraphPart * p : group.parts) group.row_scale->set_input(p->kpool, p->row0, p->n_rows);
         group.set_out_rows();
+        group.set_kda_cells();
     }
 }
 

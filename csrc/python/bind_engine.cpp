@@ -159,22 +159,26 @@ void bind_engine(py::module_ & mod) {
 graphs kept for reuse and one CPU thread pool (csrc/runtime/engine.h). Sequences (_core.Seq) are made on it;
 their rows run in its graphs, one sequence's alone or several sequences' together (_core.Batch).)doc")
         .def(py::init([](const Model & model, uint32_t n_batch, int n_threads, const std::string & draft_type,
-                         const Model * draft_model, uint32_t n_verify_rows) {
+                         const Model * draft_model, uint32_t n_verify_rows, uint32_t n_seq_max) {
                  return new Engine(model,
                                    EngineParams{n_batch, n_threads, glm5next::draft_type_from_name(draft_type),
-                                                n_verify_rows},
+                                                n_verify_rows, n_seq_max},
                                    draft_model);
              }),
              py::arg("model"), py::arg("n_batch") = 512, py::arg("n_threads") = 0, py::arg("draft_type") = "auto",
-             py::arg("draft_model") = nullptr, py::arg("n_verify_rows") = 4, py::keep_alive<1, 2>(),
+             py::arg("draft_model") = nullptr, py::arg("n_verify_rows") = 4, py::arg("n_seq_max") = 1,
+             py::keep_alive<1, 2>(),
              py::keep_alive<1, 6>(),
              "Engine(model: _core.Model, n_batch: int (rows per ubatch of a sequence), n_threads: int = 0 (all cores), "
              "draft_type: str = 'auto' (the draft layer as stored) | 'q8_0' | 'q4_0' (requantized at load, once for "
              "every sequence), draft_model: _core.Model | None (a separate --mtp-only file with the NextN layer), "
              "n_verify_rows: the rows of verify passes and draft steps the compute buffers are sized for at load (draft "
-             "n_max + 1; longer ones grow them on first use)).\n"
-             "Raises ValueError for a draft-only file as model, n_batch of 0, a bad draft_type, or a draft file that "
-             "does not fit the model.")
+             "n_max + 1; longer ones grow them on first use), n_seq_max: the sequences whose KDA states live in the "
+             "engine's cells (llama.cpp's n_seq_max, the server's -np; csrc/runtime/kda_cells.h): their decode rows "
+             "share one conv and one gated delta rule per KDA layer; more sequences may be made, whose rows run per "
+             "sequence).\n"
+             "Raises ValueError for a draft-only file as model, n_batch or n_seq_max of 0, a bad draft_type, or a draft "
+             "file that does not fit the model; RuntimeError when a device cannot hold the cells.")
         .def_property_readonly("has_draft_head", &Engine::has_draft_head)
         .def("memory", [](const Engine & e) {
                 py::list out;
@@ -189,7 +193,8 @@ their rows run in its graphs, one sequence's alone or several sequences' togethe
                 return out;
             },
             "memory() -> list of dict(device, weights, caches, compute) in bytes, one per device that holds any, the "
-            "CPU last: llama.cpp's load report. caches: every sequence's on the engine; compute: the schedulers' "
+            "CPU last: llama.cpp's load report. caches: every sequence's on the engine and the KDA cells no sequence "
+            "has taken (n_seq_max); compute: the schedulers' "
             "buffers (sized at load for a full ubatch at the end of the first sequence's context, grown by the graphs "
             "run since), once for all sequences.")
         .def_property_readonly("cpu_pinned_ops", &Engine::cpu_pinned_ops,
@@ -269,6 +274,9 @@ Sequence, which type checkers take for typing.Sequence). Its own calls run graph
                                "The attention caches' row type: 'f16', 'bf16' or 'f32'.")
         .def_property_readonly("cache_bytes", &Sequence::cache_bytes,
                                "Memory of its caches (trunk and NextN layer), bytes.")
+        .def_property_readonly("kda_cell", [](const Sequence & s) { return s.cache().kda_cell(); },
+                               "The engine's cell its KDA states live in (0 .. n_seq_max-1), or -1: states of its own "
+                               "(every cell was taken when it was made, or the model has no KDA layer).")
         .def("checkpoint_stats", [](const Sequence & e) {
                 py::dict d;
                 d["count"] = e.checkpoints().size();

@@ -10,7 +10,8 @@
 
 namespace glm5next {
 
-SeqCache::SeqCache(const Model & model, uint32_t first_layer, uint32_t n_layers, uint32_t n_ctx, ggml_type cache_type)
+SeqCache::SeqCache(const Model & model, uint32_t first_layer, uint32_t n_layers, uint32_t n_ctx, ggml_type cache_type,
+                   KdaCells * kda_cells)
     : hp_(model.hp), first_layer_(first_layer), n_ctx_(n_ctx) {
     const HParams & hp = model.hp;
     // One metadata context per device: each layer's caches live where its attention weights are.
@@ -33,17 +34,40 @@ SeqCache::SeqCache(const Model & model, uint32_t first_layer, uint32_t n_layers,
         }
     }
     layers_.resize(n_layers);
+    bool any_kda = false;
+    for (uint32_t il = first_layer; il < first_layer + n_layers; ++il) any_kda = any_kda || hp.is_kda(il);
+    if (any_kda && kda_cells != nullptr) cell_ = kda_cells->acquire();
+    if (cell_ >= 0) {
+        kda_cells_ = kda_cells;
+        cell_views_.reset(ggml_init({2 * n_layers * ggml_tensor_overhead(), nullptr, true}));
+    }
     for (uint32_t il = first_layer; il < first_layer + n_layers; ++il) {
         LayerCache & c = layers_[il - first_layer];
-        ggml_context * ctx = ctx_for(il);
         if (hp.is_kda(il)) {
-            c.conv = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, hp.ssm_conv_kernel - 1, 3 * hp.kda_inner());
-            c.state = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, hp.kda_head_dim, hp.kda_head_dim, hp.n_head);
+            const int64_t K = hp.ssm_conv_kernel, d = hp.kda_head_dim;
+            if (cell_ >= 0) {  // views of the cell's rows
+                c.conv_cells = kda_cells->conv(il);
+                c.state_cells = kda_cells->state(il);
+                c.conv = ggml_view_2d(cell_views_.get(), c.conv_cells, K - 1, 3 * hp.kda_inner(),
+                                      (K - 1) * sizeof(float), cell_ * c.conv_cells->nb[1]);
+                c.state = ggml_view_3d(cell_views_.get(), c.state_cells, d, d, hp.n_head, d * sizeof(float),
+                                       d * d * sizeof(float), cell_ * c.state_cells->nb[1]);
+                if (ggml_backend_view_init(c.conv) != GGML_STATUS_SUCCESS ||
+                    ggml_backend_view_init(c.state) != GGML_STATUS_SUCCESS) {
+                    free_all();
+                    throw std::runtime_error("cannot place the views of a KDA cell");
+                }
+            } else {
+                ggml_context * ctx = ctx_for(il);
+                c.conv = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, K - 1, 3 * hp.kda_inner());
+                c.state = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, d, d, hp.n_head);
+            }
             ggml_format_name(c.conv, "cache_conv-%u", il);
             ggml_format_name(c.state, "cache_state-%u", il);
             recurrent_ = true;
             continue;
         }
+        ggml_context * ctx = ctx_for(il);
         c.latent = ggml_new_tensor_2d(ctx, cache_type, hp.kv_lora_rank, n_ctx);
         ggml_format_name(c.latent, "cache_latent-%u", il);
         const bool full = il >= hp.n_trunk() || hp.idx_full[il];
@@ -61,8 +85,7 @@ SeqCache::SeqCache(const Model & model, uint32_t first_layer, uint32_t n_layers,
     for (const auto & [dev, ctx] : ctx_of) {
         ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors_from_buft(ctx, ggml_backend_dev_buffer_type(dev));
         if (buf == nullptr) {
-            for (ggml_backend_buffer_t b : buffers_) ggml_backend_buffer_free(b);
-            for (ggml_context * c : contexts_) ggml_free(c);
+            free_all();
             throw std::runtime_error("cannot allocate the caches for n_ctx = " + std::to_string(n_ctx) + " on " +
                                      ggml_backend_dev_name(dev));
         }
@@ -71,9 +94,15 @@ SeqCache::SeqCache(const Model & model, uint32_t first_layer, uint32_t n_layers,
     clear();
 }
 
-SeqCache::~SeqCache() {
+SeqCache::~SeqCache() { free_all(); }
+
+void SeqCache::free_all() {
     for (ggml_backend_buffer_t b : buffers_) ggml_backend_buffer_free(b);
     for (ggml_context * c : contexts_) ggml_free(c);
+    buffers_.clear();
+    contexts_.clear();
+    if (kda_cells_ != nullptr) kda_cells_->release(cell_);
+    kda_cells_ = nullptr;
 }
 
 std::map<ggml_backend_dev_t, size_t> SeqCache::bytes_by_device() const {
@@ -81,19 +110,30 @@ std::map<ggml_backend_dev_t, size_t> SeqCache::bytes_by_device() const {
     for (ggml_backend_buffer_t b : buffers_) {
         out[device_of(b)] += ggml_backend_buffer_get_size(b);
     }
+    for (const LayerCache & c : layers_) {
+        if (c.conv_cells == nullptr) continue;
+        out[device_of(c.conv_cells->buffer)] += ggml_nbytes(c.conv) + ggml_nbytes(c.state);
+    }
     return out;
 }
 
 void SeqCache::clear() {
     // Zero everything: KDA states must start at zero; the other rows are rewritten before they are read.
     for (ggml_backend_buffer_t b : buffers_) ggml_backend_buffer_clear(b, 0);
+    if (kda_cells_ != nullptr) {  // the cell's rows, where they live
+        for (const LayerCache & c : layers_) {
+            for (ggml_tensor * t : {c.conv, c.state}) {
+                if (t != nullptr) ggml_backend_tensor_memset(t, 0, 0, ggml_nbytes(t));
+            }
+        }
+    }
     n_past_ = 0;
     pending_.clear();
     pending_rows_ = 0;
 }
 
 CacheView SeqCache::view() const {
-    return CacheView{layers_.data(), first_layer_, (uint32_t) layers_.size(), n_past_, n_ctx_};
+    return CacheView{layers_.data(), first_layer_, (uint32_t) layers_.size(), n_past_, n_ctx_, cell_};
 }
 
 void SeqCache::append(uint32_t n) {
@@ -239,18 +279,19 @@ void SeqCache::commit(uint32_t n_keep) {
     pending_rows_ = 0;
 }
 
-// The state after row n_keep-1 is slot (n_rows - n_keep) of the packed states (slot s = s rows back from the
-// last), after the n_rows outputs; the conv window after it is window n_keep-1 of the snapshots. Both are copied where
+// The state after row n_keep-1 is the sequence's in slot (n_rows - n_keep) of the packed states (slot s = s rows back
+// from the last), after the n_rows outputs of each of the n_parts sequences; the conv window after it is the
+// sequence's window n_keep-1 of the snapshots. Both are copied where
 // they live (copy_bytes; issue 26): over ggml RPC, fully offloaded, the bench
 // preset's rounds that reject every draft moved 11.2 MiB per round across the connection when the state went through
 // the host (2.3x its KDA states), 0.9 MiB now (the round's other traffic; tests/csrc/test_devices.py).
 void SeqCache::rollback_kda(const KdaSnapshots & s, int64_t n_rows, int64_t n_keep) {
-    const int64_t d = hp_.kda_head_dim, nh = hp_.n_head;
+    const int64_t d = hp_.kda_head_dim, nh = hp_.n_head, P = s.n_parts;
     const size_t state_bytes = d * d * nh * sizeof(float);
-    const size_t state_offset = (d * nh * n_rows + (n_rows - n_keep) * d * d * nh) * sizeof(float);
+    const size_t state_offset = d * nh * n_rows * P * sizeof(float) + ((n_rows - n_keep) * P + s.part) * state_bytes;
     const size_t window_bytes = ggml_nbytes(s.cache->conv);
     copy_bytes(s.packed, state_offset, s.cache->state, state_bytes);
-    copy_bytes(s.windows, (n_keep - 1) * window_bytes, s.cache->conv, window_bytes);
+    copy_bytes(s.windows, ((n_keep - 1) * P + s.part) * window_bytes, s.cache->conv, window_bytes);
 }
 
 // Through two views, with ggml_backend_tensor_copy: a memcpy in host memory, the buffers' own copy when both are on

@@ -28,7 +28,7 @@ class OursBatched:
 
     def __init__(self, path: Path, n_ctx: int, threads: int, n_batch: int, n_seq: int):
         from ..model import Model
-        self.models = [Model(path, n_ctx=n_ctx, n_threads=threads, n_batch=n_batch)]
+        self.models = [Model(path, n_ctx=n_ctx, n_threads=threads, n_batch=n_batch, n_seq_max=n_seq)]
         self.models += [self.models[0].another_sequence() for _ in range(n_seq - 1)]
         self._policies: dict[int, _core.DraftLengthPolicy] = {}  # the batch's, by n_max: learned over the runs
 

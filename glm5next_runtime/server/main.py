@@ -43,7 +43,8 @@ def load_slots(args: argparse.Namespace) -> list[Model]:
     the compute buffers and the thread pool once; each slot its own caches, for its share of -c (slot_ctx). The slots'
     generations run batched (../scheduler.py), a prompt ubatch of at most -b and -ub tokens per step.
     Raises ValueError when the file, an override or a placement rule is bad."""
-    kwargs = model_kwargs(args) | dict(n_ctx=slot_ctx(args), n_batch=min(args.batch_size, args.ubatch_size))
+    kwargs = model_kwargs(args) | dict(n_ctx=slot_ctx(args), n_batch=min(args.batch_size, args.ubatch_size),
+                                       n_seq_max=args.parallel)
     models = [Model(**kwargs)]
     log.info("slot 0 loaded")
     for i in range(1, args.parallel):

@@ -24,9 +24,10 @@ def gguf(request, checkpoints, predictable_gguf):
 
 
 def slots(gguf, n: int):
-    """n Models on one engine (the server's -np slots), fixed draft lengths (adaptive ones depend on timings)."""
+    """n Models on one engine (the server's -np slots, each with its KDA states in a cell of the engine's, as the
+    server makes them), fixed draft lengths (adaptive ones depend on timings)."""
     from glm5next_runtime import Model
-    first = Model(gguf, n_ctx=512, n_batch=N_BATCH, n_threads=2, draft_adaptive=False)
+    first = Model(gguf, n_ctx=512, n_batch=N_BATCH, n_threads=2, draft_adaptive=False, n_seq_max=n)
     return [first] + [first.another_sequence() for _ in range(n - 1)]
 
 
