@@ -117,12 +117,12 @@ class Engine:
     """
     def __init__(self, model: Model, n_batch: typing.SupportsInt | typing.SupportsIndex = 512, n_threads: typing.SupportsInt | typing.SupportsIndex = 0, draft_type: str = 'auto', draft_model: Model = None, n_verify_rows: typing.SupportsInt | typing.SupportsIndex = 4, n_seq_max: typing.SupportsInt | typing.SupportsIndex = 1) -> None:
         """
-        Engine(model: _core.Model, n_batch: int (rows per ubatch of a sequence), n_threads: int = 0 (all cores), draft_type: str = 'auto' (the draft layer as stored) | 'q8_0' | 'q4_0' (requantized at load, once for every sequence), draft_model: _core.Model | None (a separate --mtp-only file with the NextN layer), n_verify_rows: the rows of verify passes and draft steps the compute buffers are sized for at load (draft n_max + 1; longer ones grow them on first use), n_seq_max: the sequences whose KDA states live in the engine's cells (llama.cpp's n_seq_max, the server's -np; csrc/runtime/kda_cells.h): their decode rows share one conv and one gated delta rule per KDA layer; more sequences may be made, whose rows run per sequence).
+        Engine(model: _core.Model, n_batch: int (rows per ubatch of a sequence), n_threads: int = 0 (all cores), draft_type: str = 'auto' (the draft layer as stored) | 'q8_0' | 'q4_0' (requantized at load, once for every sequence), draft_model: _core.Model | None (a separate --mtp-only file with the NextN layer), n_verify_rows: the rows of verify passes and draft steps the compute buffers are sized for at load (draft n_max + 1; longer ones grow them on first use), n_seq_max: the sequences whose trunk caches are cells of the engine's (llama.cpp's n_seq_max, the server's -np; csrc/runtime/cache_cells.h): their rows in one step write their caches and run KDA per layer at once; more sequences may be made, whose rows run per sequence).
         Raises ValueError for a draft-only file as model, n_batch or n_seq_max of 0, a bad draft_type, or a draft file that does not fit the model; RuntimeError when a device cannot hold the cells.
         """
     def memory(self) -> list:
         """
-        memory() -> list of dict(device, weights, caches, compute) in bytes, one per device that holds any, the CPU last: llama.cpp's load report. caches: every sequence's on the engine and the KDA cells no sequence has taken (n_seq_max); compute: the schedulers' buffers (sized at load for a full ubatch at the end of the first sequence's context, grown by the graphs run since), once for all sequences.
+        memory() -> list of dict(device, weights, caches, compute) in bytes, one per device that holds any, the CPU last: llama.cpp's load report. caches: every sequence's on the engine and the cache cells no sequence has taken (n_seq_max); compute: the schedulers' buffers (sized at load for a full ubatch at the end of the first sequence's context, grown by the graphs run since), once for all sequences.
         """
     def op_profile(self) -> dict:
         """
@@ -230,6 +230,11 @@ class Seq:
         Memory of its caches (trunk and NextN layer), bytes.
         """
     @property
+    def cache_cell(self) -> int:
+        """
+        The engine's cell its trunk caches are views of (0 .. n_seq_max-1), or -1: caches of its own (every cell was taken when it was made, or the cells are of another n_ctx or cache type).
+        """
+    @property
     def cache_type(self) -> str:
         """
         The attention caches' row type: 'f16', 'bf16' or 'f32'.
@@ -242,11 +247,6 @@ class Seq:
     @property
     def has_draft_head(self) -> bool:
         ...
-    @property
-    def kda_cell(self) -> int:
-        """
-        The engine's cell its KDA states live in (0 .. n_seq_max-1), or -1: states of its own (every cell was taken when it was made, or the model has no KDA layer).
-        """
     @property
     def n_ctx(self) -> int:
         """

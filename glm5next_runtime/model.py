@@ -86,10 +86,10 @@ class Model:
         n_ctx: context size in tokens (-c), >= 1.
         n_threads: CPU threads (-t); None = all cores.
         n_batch: prompt tokens per forward pass (-b), >= 1.
-        n_seq_max: the sequences (this one and those another_sequence makes) whose KDA states live in the engine's
-            cells, as llama.cpp's n_seq_max sizes its recurrent memory (the server passes -np): their decode rows
-            share one conv and one gated delta rule per KDA layer when batched (csrc/runtime/kda_cells.h). More
-            sequences may be made; theirs run per sequence. >= 1.
+        n_seq_max: the sequences (this one and those another_sequence makes) whose caches are cells of the
+            engine's, as llama.cpp's n_seq_max sizes its unified KV cache and recurrent memory (the server passes
+            -np): their rows in one batched step write their caches and run KDA per layer at once
+            (csrc/runtime/cache_cells.h). More sequences may be made; theirs run per sequence. >= 1.
         override_kv: llama.cpp --override-kv "KEY=TYPE:VALUE" strings (see _core.Model).
         n_gpu_layers, cpu_moe, n_cpu_moe, override_tensor, split_mode, tensor_split, main_gpu, draft_device:
             placement as in llama-server (-ngl, --cpu-moe, --n-cpu-moe, -ot, -sm, -ts, -mg, -devd; see

@@ -231,16 +231,18 @@ ggml_tensor * BlockBuilder::kda(ggml_tensor * x, const LayerWeights & w, uint32_
 // (before the SiLU).
 ggml_tensor * BlockBuilder::conv_over_cells(ggml_tensor * proj, ggml_tensor * kernel, uint32_t il,
                                             ggml_tensor ** xt_out) const {
-    const LayerCache & c = group->parts[0]->cache.layer(il);
+    const LayerCache & all = *group->parts[0]->cache.layer(il).cells;
     const int64_t K = hp.ssm_conv_kernel, channels = proj->ne[0], P = (int64_t) group->parts.size(), n = T / P;
-    ggml_tensor * cells = group->kda_cells_input(ctx);
-    ggml_tensor * windows = ggml_reshape_3d(ctx, ggml_get_rows(ctx, c.conv_cells, cells), K - 1, channels, P);
+    InputCells & in = group->cells_input(hp);
+    in.add_cells(ctx);
+    ggml_tensor * cells = in.cells;
+    ggml_tensor * windows = ggml_reshape_3d(ctx, ggml_get_rows(ctx, all.conv, cells), K - 1, channels, P);
     ggml_tensor * rows = ggml_permute(ctx, ggml_reshape_3d(ctx, proj, channels, n, P), 1, 0, 2, 3);  // [n, channels, P]
     ggml_tensor * xt = ggml_concat(ctx, windows, rows, 0);
     ggml_tensor * tail =
         ggml_cont(ctx, ggml_view_3d(ctx, xt, K - 1, channels, P, xt->nb[1], xt->nb[2], n * xt->nb[0]));
     tail = ggml_reshape_2d(ctx, tail, (K - 1) * channels, P);
-    ggml_build_forward_expand(gf, ggml_set_rows(ctx, c.conv_cells, tail, cells));
+    ggml_build_forward_expand(gf, ggml_set_rows(ctx, all.conv, tail, cells));
     *xt_out = xt;
     return ggml_reshape_2d(ctx, ggml_ssm_conv(ctx, xt, kernel), channels, T);
 }
@@ -252,18 +254,20 @@ ggml_tensor * BlockBuilder::conv_over_cells(ggml_tensor * proj, ggml_tensor * ke
 // outputs [d, nh, T].
 ggml_tensor * BlockBuilder::delta_rule_over_cells(ggml_tensor * q, ggml_tensor * k, ggml_tensor * v, ggml_tensor * gate,
                                                   ggml_tensor * beta, uint32_t il, ggml_tensor * xt) const {
-    const LayerCache & c = group->parts[0]->cache.layer(il);
+    const LayerCache & all = *group->parts[0]->cache.layer(il).cells;
     const int64_t d = hp.kda_head_dim, nh = hp.n_head, P = (int64_t) group->parts.size(), n = T / P;
     const bool snapshots = group->parts[0]->keep_snapshots;
-    ggml_tensor * cells = group->kda_cells_input(ctx);
-    ggml_tensor * states = ggml_reshape_4d(ctx, ggml_get_rows(ctx, c.state_cells, cells), d, d, nh, P);
+    InputCells & in = group->cells_input(hp);
+    in.add_cells(ctx);
+    ggml_tensor * cells = in.cells;
+    ggml_tensor * states = ggml_reshape_4d(ctx, ggml_get_rows(ctx, all.state, cells), d, d, nh, P);
     auto per_part = [&](ggml_tensor * t) { return ggml_reshape_4d(ctx, t, t->ne[0], nh, n, P); };
     ggml_tensor * packed = ggml_gated_delta_net(ctx, per_part(q), per_part(k), per_part(v), per_part(gate),
                                                 per_part(beta), states, snapshots ? n : 1);
     // after the T outputs: slot 0, the P final states of d*d*nh each
     ggml_tensor * new_states =
         ggml_view_2d(ctx, packed, d * d * nh, P, d * d * nh * sizeof(float), d * nh * T * sizeof(float));
-    ggml_build_forward_expand(gf, ggml_set_rows(ctx, c.state_cells, new_states, cells));
+    ggml_build_forward_expand(gf, ggml_set_rows(ctx, all.state, new_states, cells));
     if (snapshots) keep_snapshots(group->parts, il, packed, xt);
     return ggml_view_3d(ctx, packed, d, nh, T, d * sizeof(float), d * nh * sizeof(float), 0);
 }
@@ -296,24 +300,46 @@ void BlockBuilder::keep_snapshots(const std::vector<GraphPart *> & parts, uint32
 // score, f32 [idim, n_pool] (a view of the cache).
 ggml_tensor * BlockBuilder::index_rows(GraphPart & part, const LayerCache & c, const LayerWeights & w, ggml_tensor * ik,
                                        ggml_tensor * ig) const {
-    const int64_t idim = hp.idx_head_dim, kpool = hp.idx_kpool;
-    InputCacheRows & cache_rows = *part.cache_rows;
+    InputCacheRows & cache_rows = part.cache_rows_input(ctx);
     write_rows_at(rows_view(ctx, ik, 1, part.row0, part.n_rows), c.idx_k, cache_rows.pos);
     write_rows_at(rows_view(ctx, ig, 1, part.row0, part.n_rows), c.idx_g, cache_rows.pos);
-
     // the pooled key of every pool the part's rows touch (InputCacheRows), complete or not: an incomplete pool is
     // no candidate until the ubatch writing its last row computes it again, from all its rows
-    cache_rows.add_pools(ctx, kpool, c.pooled->ne[1], c.idx_k->ne[1]);
-    const int64_t n_slots = cache_rows.pool_dst->ne[0];
+    cache_rows.add_pools(ctx, hp.idx_kpool, c.pooled->ne[1], c.idx_k->ne[1]);
+    write_rows_at(pooled_keys(c, w, cache_rows.pool_rows), c.pooled, cache_rows.pool_dst);
+    return scored_pools(part, c);
+}
+
+// The pooled keys a part's rows score: the first n_pool of its cache, f32 [idim, n_pool] (a view).
+ggml_tensor * BlockBuilder::scored_pools(const GraphPart & part, const LayerCache & c) const {
+    return ggml_view_2d(ctx, c.pooled, hp.idx_head_dim, part.layout.n_pool, c.pooled->nb[1], 0);
+}
+
+// index_rows of every part at once, in their cells (RowGroup::over_cells; `all`: the layer's caches of every cell):
+// one write of the key rows, one of the gate rows, one pooling of every part's pools (InputCells). Each part then
+// scores its scored_pools.
+void BlockBuilder::index_rows_over_cells(const LayerCache & all, const LayerWeights & w, ggml_tensor * ik,
+                                         ggml_tensor * ig) const {
+    InputCells & in = group->cells_input(hp);
+    in.add_rows(ctx);
+    in.add_pools(ctx, hp.idx_kpool);
+    write_rows_at(ik, all.idx_k, in.rows);
+    write_rows_at(ig, all.idx_g, in.rows);
+    write_rows_at(pooled_keys(all, w, in.pool_rows), all.pooled, in.pool_dst);
+}
+
+// The pooled keys (docs/model.md, Indexer) of the pools whose member rows `pool_rows` lists (i32 [kpool * n_slots],
+// rows of c's key and gate caches): softmax over each pool's gate scores (+ idx_ape) weighting its keys, f32
+// [idim, n_slots].
+ggml_tensor * BlockBuilder::pooled_keys(const LayerCache & c, const LayerWeights & w, ggml_tensor * pool_rows) const {
+    const int64_t idim = hp.idx_head_dim, kpool = hp.idx_kpool, n_slots = pool_rows->ne[0] / kpool;
     auto members = [&](ggml_tensor * rows) {  // the pools' rows as [idim, kpool, n_slots]
-        return ggml_reshape_3d(ctx, ggml_get_rows(ctx, rows, cache_rows.pool_rows), idim, kpool, n_slots);
+        return ggml_reshape_3d(ctx, ggml_get_rows(ctx, rows, pool_rows), idim, kpool, n_slots);
     };
     ggml_tensor * logits = ggml_add(ctx, members(c.idx_g), w.idx_ape);
     ggml_tensor * probs = ggml_soft_max(ctx, ggml_cont(ctx, ggml_permute(ctx, logits, 1, 0, 2, 3)));
     ggml_tensor * keys = ggml_cont(ctx, ggml_permute(ctx, members(c.idx_k), 1, 0, 2, 3));
-    ggml_tensor * new_pooled = ggml_reshape_2d(ctx, ggml_sum_rows(ctx, ggml_mul(ctx, probs, keys)), idim, n_slots);
-    write_rows_at(new_pooled, c.pooled, cache_rows.pool_dst);
-    return ggml_view_2d(ctx, c.pooled, idim, part.layout.n_pool, c.pooled->nb[1], 0);
+    return ggml_reshape_2d(ctx, ggml_sum_rows(ctx, ggml_mul(ctx, probs, keys)), idim, n_slots);
 }
 
 // A non-f32 cache's rows as f32 for a product with f32 queries. ggml would otherwise round the queries (and a
@@ -421,8 +447,17 @@ ggml_tensor * BlockBuilder::dsa(ggml_tensor * x, const LayerWeights & w, uint32_
     ggml_tensor * qr = rms(mm(w.wq_a, x), w.q_a_norm);
     ggml_tensor * q = ggml_reshape_3d(ctx, mm(w.wq_b, qr), nope, nh, T);
     ggml_tensor * kv = rms(mm(w.wkv_a, x), w.kv_a_norm);
-    for (GraphPart * part : parts) {
-        write_rows_at(rows_view(ctx, kv, 1, part->row0, part->n_rows), part->cache.layer(il).latent, part->cache_rows->pos);
+    // the cache rows of all parts at once where they are cells of the engine's (issue 24), else per part
+    const LayerCache * all = group->over_cells() ? parts[0]->cache.layer(il).cells : nullptr;
+    if (all != nullptr) {
+        InputCells & in = group->cells_input(hp);
+        in.add_rows(ctx);
+        write_rows_at(kv, all->latent, in.rows);
+    } else {
+        for (GraphPart * part : parts) {
+            write_rows_at(rows_view(ctx, kv, 1, part->row0, part->n_rows), part->cache.layer(il).latent,
+                          part->cache_rows_input(ctx).pos);
+        }
     }
     const bool any_indexer = run_indexer && std::any_of(sels.begin(), sels.end(), [](const Selection & s) { return s.pools == nullptr; });
     if (any_indexer) {
@@ -431,8 +466,14 @@ ggml_tensor * BlockBuilder::dsa(ggml_tensor * x, const LayerWeights & w, uint32_
         ik = ggml_add(ctx, ggml_mul(ctx, ik, w.idx_k_norm), w.idx_k_norm_b);
         ggml_tensor * ig = mm(w.idx_gate, x);
         std::vector<ggml_tensor *> pooled(parts.size(), nullptr);
-        for (size_t p = 0; p < parts.size(); ++p) {
-            if (sels[p].pools == nullptr) pooled[p] = index_rows(*parts[p], parts[p]->cache.layer(il), w, ik, ig);
+        const bool all_index = std::all_of(sels.begin(), sels.end(), [](const Selection & s) { return s.pools == nullptr; });
+        if (all != nullptr && all_index) {
+            index_rows_over_cells(*all, w, ik, ig);
+            for (size_t p = 0; p < parts.size(); ++p) pooled[p] = scored_pools(*parts[p], parts[p]->cache.layer(il));
+        } else {
+            for (size_t p = 0; p < parts.size(); ++p) {
+                if (sels[p].pools == nullptr) pooled[p] = index_rows(*parts[p], parts[p]->cache.layer(il), w, ik, ig);
+            }
         }
         if (!attend_rows) return nullptr;  // the cache rows are written: nothing reads the rest
         ggml_tensor * iq = ggml_reshape_3d(ctx, mm(w.idx_q_b, qr), idim, ih, T);

@@ -179,6 +179,9 @@ private:
                         ggml_tensor * xt) const;
     ggml_tensor * index_rows(GraphPart & part, const LayerCache & c, const LayerWeights & w, ggml_tensor * ik,
                              ggml_tensor * ig) const;
+    void index_rows_over_cells(const LayerCache & all, const LayerWeights & w, ggml_tensor * ik, ggml_tensor * ig) const;
+    ggml_tensor * pooled_keys(const LayerCache & c, const LayerWeights & w, ggml_tensor * pool_rows) const;
+    ggml_tensor * scored_pools(const GraphPart & part, const LayerCache & c) const;
     Selection select(GraphPart & part, ggml_tensor * pooled, ggml_tensor * iq, ggml_tensor * wts) const;
     // `rows` of a cache as f32: themselves for an f32 cache, else a widened copy (blocks.cpp says why).
     ggml_tensor * widened(ggml_tensor * rows) const;

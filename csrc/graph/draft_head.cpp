@@ -21,7 +21,6 @@ void build_draft_graph(DraftGraph & g, ggml_context * ctx, const Model & model, 
         p.layout = graph_layout(hp, r.cache.n_ctx, r.cache.n_past, r.n_rows);
         p.kpool = {r.cache.n_past, hp.idx_kpool, hp.idx_top_k / hp.idx_kpool, hp.idx_select_tail};
         p.kpool_saved = p.kpool;  // its n_past: the row that made the reused selection (set_inputs)
-        p.cache_rows.emplace(ctx, r.n_rows);
         if (r.shared) g.inp_saved_pools[i].emplace(ctx, GGML_TYPE_I32, p.kpool.n_top_pool, 1, "inp_saved_pools");
     }
     const int64_t n_all = g.parts.n_rows();
@@ -104,7 +103,7 @@ void DraftGraph::set_inputs(const float * hidden, const int32_t * tokens, const 
     for (GraphPart & p : parts.parts) {
         p.kpool.n_past = pos0.at(i);  // what the custom ops read (they point to the part's params)
         p.kpool_saved.n_past = saved_p0.at(i);
-        p.cache_rows->set_input(p.kpool.n_past);
+        if (p.cache_rows) p.cache_rows->set_input(p.kpool.n_past);
         if (inp_saved_pools[i]) inp_saved_pools[i]->set_input(saved_pools.at(i));
         if (p.kpool_rows) p.kpool_rows->set_input(selected_at(p, i));
         ++i;

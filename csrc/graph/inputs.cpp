@@ -88,21 +88,81 @@ void InputCacheRows::add_pools(ggml_context * ctx, int64_t kpool, int64_t n_pool
     ggml_set_input(pool_dst);
 }
 
+void pool_slots(int64_t n_past, int64_t n_rows, int64_t n_slots, int64_t kpool, int64_t n_pooled, int64_t n_ctx,
+                int64_t * dst, int32_t * rows) {
+    const int64_t first = n_past / kpool, last = (n_past + n_rows - 1) / kpool;
+    for (int64_t i = 0; i < n_slots; ++i) {
+        dst[i] = std::min({first + i, last, n_pooled - 1});
+        for (int64_t r = 0; r < kpool; ++r) rows[i * kpool + r] = (int32_t) std::min(dst[i] * kpool + r, n_ctx - 1);
+    }
+}
+
 void InputCacheRows::set_input(int64_t n_past) const {
     const int64_t n_rows = pos->ne[0];
     std::vector<int64_t> p(n_rows);
     for (int64_t i = 0; i < n_rows; ++i) p[i] = n_past + i;
     ggml_backend_tensor_set(pos, p.data(), 0, ggml_nbytes(pos));
     if (pool_rows == nullptr) return;
-    const int64_t n_slots = pool_dst->ne[0], first = n_past / kpool_, last = (n_past + n_rows - 1) / kpool_;
+    const int64_t n_slots = pool_dst->ne[0];
     std::vector<int64_t> dst(n_slots);
     std::vector<int32_t> rows(kpool_ * n_slots);
-    for (int64_t i = 0; i < n_slots; ++i) {
-        dst[i] = std::min({first + i, last, n_pooled_ - 1});
-        for (int64_t r = 0; r < kpool_; ++r) rows[i * kpool_ + r] = (int32_t) std::min(dst[i] * kpool_ + r, n_ctx_ - 1);
-    }
+    pool_slots(n_past, n_rows, n_slots, kpool_, n_pooled_, n_ctx_, dst.data(), rows.data());
     ggml_backend_tensor_set(pool_rows, rows.data(), 0, ggml_nbytes(pool_rows));
     ggml_backend_tensor_set(pool_dst, dst.data(), 0, ggml_nbytes(pool_dst));
+}
+
+void InputCells::add_cells(ggml_context * ctx) {
+    if (cells) return;
+    cells = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, (int64_t) parts_.size());
+    ggml_set_name(cells, "inp_cells");
+    ggml_set_input(cells);
+}
+
+void InputCells::add_rows(ggml_context * ctx) {
+    if (rows) return;
+    int64_t n_rows = 0;
+    for (const CellPart & p : parts_) n_rows += p.n_rows;
+    rows = ggml_new_tensor_1d(ctx, GGML_TYPE_I64, n_rows);
+    ggml_set_name(rows, "inp_cell_rows");
+    ggml_set_input(rows);
+}
+
+void InputCells::add_pools(ggml_context * ctx, int64_t kpool) {
+    if (pool_rows) return;
+    kpool_ = kpool;
+    int64_t n_slots = 0;
+    for (const CellPart & p : parts_) n_slots += max_pools_touched(p.n_rows, kpool);
+    pool_rows = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, kpool * n_slots);
+    pool_dst = ggml_new_tensor_1d(ctx, GGML_TYPE_I64, n_slots);
+    ggml_set_name(pool_rows, "inp_cell_pool_rows");
+    ggml_set_name(pool_dst, "inp_cell_pool_dst");
+    ggml_set_input(pool_rows);
+    ggml_set_input(pool_dst);
+}
+
+void InputCells::set_input(const std::vector<int64_t> & n_past) const {
+    std::vector<int32_t> cell_of;
+    std::vector<int64_t> row_of, dst;
+    std::vector<int32_t> pool_row_of;
+    for (size_t i_part = 0; i_part < parts_.size(); ++i_part) {
+        const CellPart & p = parts_[i_part];
+        cell_of.push_back(p.cell);
+        for (int64_t i = 0; i < p.n_rows; ++i) row_of.push_back(p.cell * p.n_ctx + n_past.at(i_part) + i);
+        if (pool_rows == nullptr) continue;
+        const int64_t n_slots = max_pools_touched(p.n_rows, kpool_), at = (int64_t) dst.size();
+        dst.resize(at + n_slots);
+        pool_row_of.resize((at + n_slots) * kpool_);
+        pool_slots(n_past.at(i_part), p.n_rows, n_slots, kpool_, p.n_pooled, p.n_ctx, dst.data() + at,
+                   pool_row_of.data() + at * kpool_);
+        for (int64_t i = at; i < at + n_slots; ++i) dst[i] += p.cell * p.n_pooled;
+        for (int64_t i = at * kpool_; i < (at + n_slots) * kpool_; ++i) pool_row_of[i] += (int32_t) (p.cell * p.n_ctx);
+    }
+    if (cells) ggml_backend_tensor_set(cells, cell_of.data(), 0, ggml_nbytes(cells));
+    if (rows) ggml_backend_tensor_set(rows, row_of.data(), 0, ggml_nbytes(rows));
+    if (pool_rows) {
+        ggml_backend_tensor_set(pool_rows, pool_row_of.data(), 0, ggml_nbytes(pool_rows));
+        ggml_backend_tensor_set(pool_dst, dst.data(), 0, ggml_nbytes(pool_dst));
+    }
 }
 
 }  // namespace glm5next

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "ggml.h"
 #include "graph/select_ops.h"
@@ -61,6 +62,42 @@ struct InputCacheRows {
 private:
     int64_t kpool_ = 0, n_pooled_ = 0, n_ctx_ = 0;
 };
+
+// One part's rows for InputCells: its cell, its row count, and its cell's rows per cache (n_ctx) and pooled keys
+// (n_pooled).
+struct CellPart {
+    int32_t cell = 0;
+    int64_t n_rows = 0, n_ctx = 0, n_pooled = 0;
+};
+
+// Where the rows of a group whose parts all have cells of the engine's (runtime/cache_cells.h) go in the cells'
+// tensors, in part order, so that a layer does for all parts at once what it did per part (BlockBuilder::dsa,
+// BlockBuilder::kda), each created by the first layer that needs it (an input no node reads gets no buffer): each
+// part's cell i32 [n_parts] ("inp_cells", add_cells); once a layer writes cache rows (add_rows), each
+// row's row in the cells, i64 [n_rows] = cell * n_ctx + position ("inp_cell_rows"); once an indexer pools keys
+// (add_pools), InputCacheRows's pool slots of every part with their rows and pools offset into its cell
+// ("inp_cell_pool_rows" i32 [kpool * n_slots], "inp_cell_pool_dst" i64 [n_slots]).
+struct InputCells {
+    ggml_tensor * cells = nullptr;
+    ggml_tensor * rows = nullptr;
+    ggml_tensor * pool_rows = nullptr;
+    ggml_tensor * pool_dst = nullptr;
+    explicit InputCells(std::vector<CellPart> parts) : parts_(std::move(parts)) {}
+    void add_cells(ggml_context * ctx);
+    void add_rows(ggml_context * ctx);
+    void add_pools(ggml_context * ctx, int64_t kpool);
+    // the parts' rows at positions n_past[p]..
+    void set_input(const std::vector<int64_t> & n_past) const;
+
+private:
+    std::vector<CellPart> parts_;
+    int64_t kpool_ = 0;
+};
+
+// The pool slots InputCacheRows writes for n_rows rows at n_past (n_slots of them, a slot past the last touched pool
+// repeating it; pools clamped to n_pooled, rows to n_ctx): dst[i] the pool of slot i, rows[i * kpool + r] its rows.
+void pool_slots(int64_t n_past, int64_t n_rows, int64_t n_slots, int64_t kpool, int64_t n_pooled, int64_t n_ctx,
+                int64_t * dst, int32_t * rows);
 
 // The most pools n_rows consecutive rows touch (wherever they start): ceil((n_rows - 1) / kpool) + 1.
 inline int64_t max_pools_touched(int64_t n_rows, int64_t kpool) { return (n_rows + kpool - 2) / kpool + 1; }

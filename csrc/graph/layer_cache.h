@@ -2,7 +2,8 @@
 //   KDA layers: conv window (the last K-1 pre-conv q|k|v rows) and the recurrent state per head;
 //   DSA layers: the normalized MLA latent per row; full indexer layers also the indexer key and pool gate per
 //   row and one pooled key per complete pool (pools anchored at row 0).
-// Row p of every cache holds position p of the sequence. The tensors are owned by runtime/seq_cache.h.
+// Row p of every cache holds position p of the sequence. The tensors are owned by runtime/seq_cache.h, or
+// are views of the engine's runtime/cache_cells.h.
 #pragma once
 
 #include <cstdint>
@@ -14,14 +15,14 @@ namespace glm5next {
 struct LayerCache {
     ggml_tensor * conv = nullptr;    // KDA: f32 [K-1, 3*inner] (ggml_ssm_conv's state layout)
     ggml_tensor * state = nullptr;   // KDA: f32 [d, d, n_head] (ggml_gated_delta_net's layout, S transposed)
-    // KDA, in a cell of the engine's (runtime/kda_cells.h): conv and state are views of row CacheView::kda_cell of
-    ggml_tensor * conv_cells = nullptr;   // f32 [(K-1) * 3*inner, n_cells]
-    ggml_tensor * state_cells = nullptr;  // f32 [d*d*n_head, n_cells]
     // the rows are of the sequence's cache type (f16 by default; bf16, f32, q8_0 or q4_0: SequenceParams::cache_type)
     ggml_tensor * latent = nullptr;  // DSA: [kv_lora_rank, n_ctx]
     ggml_tensor * idx_k = nullptr;   // full indexer: [idx_head_dim, n_ctx] (after k_norm)
     ggml_tensor * idx_g = nullptr;   // full indexer: [idx_head_dim, n_ctx] (compress gate scores)
     ggml_tensor * pooled = nullptr;  // full indexer: f32 [idx_head_dim, n_ctx / kpool] (runtime/seq_cache.cpp: why)
+    // In a cell of the engine's (runtime/cache_cells.h): the layer's caches of every cell, of which the tensors above
+    // are views (cell CacheView::cell); null for caches of the sequence's own.
+    const LayerCache * cells = nullptr;
 };
 
 // The caches one graph works on: layers [first_layer, first_layer + n_layers) of n_ctx rows, n_past rows already
@@ -32,7 +33,7 @@ struct CacheView {
     uint32_t n_layers = 0;
     int64_t n_past = 0;
     int64_t n_ctx = 0;
-    int32_t kda_cell = -1;  // the cell of the engine's its KDA layers' states are in (runtime/kda_cells.h), or -1
+    int32_t cell = -1;  // the engine's cell its caches are views of (runtime/cache_cells.h), or -1: its own
 
     const LayerCache & layer(uint32_t il) const { return layers[il - first_layer]; }
 };

@@ -1,5 +1,6 @@
 #include "graph/parts.h"
 
+#include <algorithm>
 #include <vector>
 
 namespace glm5next {
@@ -41,27 +42,34 @@ void RowGroup::set_out_rows() const {
     out_rows->set_input(rows.data());
 }
 
-bool RowGroup::kda_over_cells() const {
+bool RowGroup::over_cells() const {
     if (parts.size() < 2) return false;
-    for (const GraphPart * p : parts) {
-        if (p->cache.kda_cell < 0 || p->n_rows != parts[0]->n_rows ||
-            p->keep_snapshots != parts[0]->keep_snapshots) {
-            return false;
+    return std::all_of(parts.begin(), parts.end(), [](const GraphPart * p) { return p->cache.cell >= 0; });
+}
+
+bool RowGroup::kda_over_cells() const {
+    if (!over_cells()) return false;
+    return std::all_of(parts.begin(), parts.end(), [&](const GraphPart * p) {
+        return p->n_rows == parts[0]->n_rows && p->keep_snapshots == parts[0]->keep_snapshots;
+    });
+}
+
+InputCells & RowGroup::cells_input(const HParams & hp) {
+    if (!cells) {
+        std::vector<CellPart> at;
+        for (const GraphPart * p : parts) {
+            at.push_back(CellPart{p->cache.cell, p->n_rows, p->cache.n_ctx, hp.n_pooled((uint32_t) p->cache.n_ctx)});
         }
+        cells.emplace(std::move(at));
     }
-    return true;
+    return *cells;
 }
 
-ggml_tensor * RowGroup::kda_cells_input(ggml_context * ctx) {
-    if (!kda_cells) kda_cells.emplace(ctx, GGML_TYPE_I32, (int64_t) parts.size(), 1, "inp_kda_cells");
-    return kda_cells->t;
-}
-
-void RowGroup::set_kda_cells() const {
-    if (!kda_cells) return;
-    std::vector<int32_t> cells;
-    for (const GraphPart * p : parts) cells.push_back(p->cache.kda_cell);
-    kda_cells->set_input(cells.data());
+void RowGroup::set_cells() const {
+    if (!cells) return;
+    std::vector<int64_t> n_past;
+    for (const GraphPart * p : parts) n_past.push_back(p->kpool.n_past);
+    cells->set_input(n_past);
 }
 
 ggml_tensor * rows_view(ggml_context * ctx, ggml_tensor * t, int dim, int64_t r0, int64_t n) {

@@ -44,12 +44,19 @@ struct GraphPart {
     int64_t out_row0 = 0;     // its first output row within its group's outputs
     KpoolParams kpool;        // its rows (n_past set per run)
     KpoolParams kpool_saved;  // draft head: the row that made a reused selection
-    std::optional<InputCacheRows> cache_rows;
+    std::optional<InputCacheRows> cache_rows;  // where its rows go in its own caches (cache_rows_input)
     std::optional<InputKpoolRows> kpool_rows;  // when a layer on another device selects with ggml's standard ops
     ggml_tensor * tail_keys = nullptr;         // and attends densely: its rows' tail keys (kpool_tail_keys_std)
     bool keep_snapshots = false;               // a verify pass of several rows: per-row KDA snapshots
     std::vector<KdaSnapshots> snapshots;       // per KDA layer, with keep_snapshots
     std::vector<ggml_tensor *> selections;     // trunk: per DSA layer, i32 [n_top_pool, n_rows] chosen pools
+
+    // Its InputCacheRows, created at the first call (a graph whose layers write the part's rows through its cells
+    // has none: an input no node reads gets no buffer).
+    InputCacheRows & cache_rows_input(ggml_context * ctx) {
+        if (!cache_rows) cache_rows.emplace(ctx, n_rows);
+        return *cache_rows;
+    }
 };
 
 // Consecutive rows of the graph that the blocks without caches run over at once: parts of at most kGatherMaxRows
@@ -62,14 +69,17 @@ struct RowGroup {
     int64_t n_out = 0;                       // output rows of its parts
     std::optional<InputRowScale> row_scale;  // rows that select no key (without kpool_select_tail)
     std::optional<InputArray> out_rows;      // i32 [n_out]: the output rows, when they are not its rows or last row
-    std::optional<InputArray> kda_cells;     // i32 [n_parts]: the parts' KDA cells, when KDA runs on them at once
+    std::optional<InputCells> cells;         // where its rows go in the engine's cells (over_cells)
 
-    // Whether the KDA layers run over all parts at once, on the states in their cells (BlockBuilder::kda): several
-    // parts of equal rows, each with a cell of the engine's (runtime/kda_cells.h), all or none keeping snapshots.
+    // Whether two or more parts all have caches in cells of the engine's (runtime/cache_cells.h): then each layer
+    // writes the cache rows, and pools the indexer keys, of all parts at once (BlockBuilder::dsa).
+    bool over_cells() const;
+    // Whether the KDA layers also run over all parts at once (BlockBuilder::kda): over_cells, parts of equal rows, all
+    // or none keeping snapshots.
     bool kda_over_cells() const;
-    // The parts' cells, i32 [n_parts] (an input created at the first call, filled by set_kda_cells).
-    ggml_tensor * kda_cells_input(ggml_context * ctx);
-    void set_kda_cells() const;
+    // The group's InputCells (created at the first call, filled by set_cells).
+    InputCells & cells_input(const HParams & hp);
+    void set_cells() const;
 
     // The group's output rows of x [n_embd, n_rows]: x itself or its last row when that is what its one part
     // outputs, else the rows out_rows lists (an input created here, filled by set_out_rows).

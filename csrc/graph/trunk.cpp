@@ -16,7 +16,6 @@ void build_trunk_graph(TrunkGraph & g, ggml_context * ctx, const Model & model, 
         // a one-row verify pass is always kept whole (SeqCache::commit(1) of one row rolls nothing back): no
         // snapshots, whose window copies were one node per KDA layer and sequence in every decode step (issue 24)
         p.keep_snapshots = r.snapshots && r.n_rows > 1;
-        p.cache_rows.emplace(ctx, r.n_rows);
     }
     for (uint32_t il = 0; il < hp.n_trunk(); ++il) {
         if (!hp.is_kda(il)) g.dsa_layers.push_back((int) il);
@@ -86,13 +85,13 @@ void TrunkGraph::set_inputs(const int32_t * tokens, const std::vector<int64_t> &
     size_t i = 0;
     for (GraphPart & p : parts.parts) {
         p.kpool.n_past = n_past.at(i++);  // what the custom ops read (they point to the part's params)
-        p.cache_rows->set_input(p.kpool.n_past);
+        if (p.cache_rows) p.cache_rows->set_input(p.kpool.n_past);
         if (p.kpool_rows) p.kpool_rows->set_input(p.kpool);
     }
     for (const RowGroup & group : parts.groups) {
         for (const GraphPart * p : group.parts) group.row_scale->set_input(p->kpool, p->row0, p->n_rows);
         group.set_out_rows();
-        group.set_kda_cells();
+        group.set_cells();
     }
 }
 

@@ -1,6 +1,7 @@
 // Hyper-parameters of a glm5next GGUF (docs/gguf.md, Metadata), after --override-kv.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -49,6 +50,8 @@ struct HParams {
     bool is_kda(uint32_t il) const { return head_count_kv[il] == 0; }
     bool is_dense_ffn(uint32_t il) const { return il < n_dense_lead; }
     uint32_t kda_inner() const { return kda_head_dim * n_head; }
+    // Pooled keys a full indexer layer's cache of n_ctx rows holds: one per complete pool, at least one.
+    uint32_t n_pooled(uint32_t n_ctx) const { return std::max<uint32_t>(1, n_ctx / idx_kpool); }
 };
 
 // Reads every hyper-parameter of a glm5next file from `ctx` (overrides already applied) and checks them.

@@ -17,7 +17,7 @@
 #include "model/draft_weights.h"
 #include "model/model.h"
 #include "runtime/graph_slot.h"
-#include "runtime/kda_cells.h"
+#include "runtime/cache_cells.h"
 #include "runtime/op_profile.h"
 #include "runtime/outputs.h"
 #include "runtime/sequence.h"
@@ -33,9 +33,9 @@ struct EngineParams {
     // longer ones grow them on first use. (A verify pass keeps every row's KDA state: 16 rows took 76 MiB on the
     // bench preset, more than a 512-row prompt ubatch's 58 MiB.)
     uint32_t n_verify_rows = 4;
-    // Sequences whose KDA states live in the engine's cells (runtime/kda_cells.h; llama.cpp's n_seq_max, the
-    // server's -np): the decode rows of those sequences share one conv and one gated delta rule per KDA layer. More
-    // sequences may be made; they keep their states themselves and their rows run per sequence.
+    // Sequences whose trunk caches are cells of the engine's (runtime/cache_cells.h; llama.cpp's n_seq_max, the
+    // server's -np): the rows of those sequences in one step write their caches and run KDA's conv and gated delta
+    // rule per layer at once. More sequences may be made; they keep caches of their own and run per sequence.
     uint32_t n_seq_max = 1;
 };
 
@@ -43,7 +43,7 @@ struct EngineParams {
 struct DeviceMemory {
     std::string device;
     size_t weights = 0;  // the model's (and draft file's) weights on it
-    size_t caches = 0;   // the caches of every sequence on the engine (trunk and NextN layer), and free KDA cells
+    size_t caches = 0;   // the caches of every sequence on the engine (trunk and NextN layer), and free cache cells
     size_t compute = 0;  // the scheduler's compute buffer (sized at load for a full ubatch at the end of the context)
 };
 
@@ -141,8 +141,8 @@ public:
     // later sequence may get again).
     uint64_t attach(const Sequence * seq);
     void detach(const Sequence * seq);
-    // The cells a new sequence's KDA states take while one is free (Sequence's constructor).
-    KdaCells & kda_cells() { return *kda_cells_; }
+    // The cells a new sequence's trunk caches take while one fits (Sequence's constructor).
+    CacheCells & cache_cells() { return *cache_cells_; }
     // A sequence committed the verify pass whose KDA snapshots `slot` holds (Sequence::commit): the slot may run
     // other graphs again.
     void release_snapshots(const GraphSlot * slot);
@@ -157,7 +157,7 @@ private:
     const Model & draft_model_;  // the file the draft head's weights come from (model_ unless -md)
     EngineParams params_;
     std::unique_ptr<DraftWeights> draft_weights_;
-    std::unique_ptr<KdaCells> kda_cells_;
+    std::unique_ptr<CacheCells> cache_cells_;
     std::vector<ggml_backend_t> backends_;  // the placed devices', then the CPU's
     ggml_backend_t cpu_ = nullptr;
     CpuPins pins_;  // before graphs_: its slots keep a reference

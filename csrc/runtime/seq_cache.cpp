@@ -11,7 +11,7 @@
 namespace glm5next {
 
 SeqCache::SeqCache(const Model & model, uint32_t first_layer, uint32_t n_layers, uint32_t n_ctx, ggml_type cache_type,
-                   KdaCells * kda_cells)
+                   CacheCells * cells)
     : hp_(model.hp), first_layer_(first_layer), n_ctx_(n_ctx) {
     const HParams & hp = model.hp;
     // One metadata context per device: each layer's caches live where its attention weights are.
@@ -34,52 +34,59 @@ SeqCache::SeqCache(const Model & model, uint32_t first_layer, uint32_t n_layers,
         }
     }
     layers_.resize(n_layers);
-    bool any_kda = false;
-    for (uint32_t il = first_layer; il < first_layer + n_layers; ++il) any_kda = any_kda || hp.is_kda(il);
-    if (any_kda && kda_cells != nullptr) cell_ = kda_cells->acquire();
+    if (cells != nullptr) cell_ = cells->acquire(n_ctx, cache_type);
     if (cell_ >= 0) {
-        kda_cells_ = kda_cells;
-        cell_views_.reset(ggml_init({2 * n_layers * ggml_tensor_overhead(), nullptr, true}));
+        cells_ = cells;
+        cell_views_.reset(ggml_init({6 * n_layers * ggml_tensor_overhead(), nullptr, true}));
     }
+    auto placed = [&](ggml_tensor * view) {
+        if (ggml_backend_view_init(view) != GGML_STATUS_SUCCESS) {
+            free_all();
+            throw std::runtime_error("cannot place the views of a cache cell");
+        }
+        return view;
+    };
+    // the cell's rows [cell * rows, (cell + 1) * rows) of one of the cells' tensors [width, n_cells * rows]
+    auto cell_rows = [&](ggml_tensor * all, int64_t rows) {
+        return placed(ggml_view_2d(cell_views_.get(), all, all->ne[0], rows, all->nb[1], cell_ * rows * all->nb[1]));
+    };
+    const int64_t K = hp.ssm_conv_kernel, d = hp.kda_head_dim, n_pooled = hp.n_pooled(n_ctx);
     for (uint32_t il = first_layer; il < first_layer + n_layers; ++il) {
         LayerCache & c = layers_[il - first_layer];
-        if (hp.is_kda(il)) {
-            const int64_t K = hp.ssm_conv_kernel, d = hp.kda_head_dim;
-            if (cell_ >= 0) {  // views of the cell's rows
-                c.conv_cells = kda_cells->conv(il);
-                c.state_cells = kda_cells->state(il);
-                c.conv = ggml_view_2d(cell_views_.get(), c.conv_cells, K - 1, 3 * hp.kda_inner(),
-                                      (K - 1) * sizeof(float), cell_ * c.conv_cells->nb[1]);
-                c.state = ggml_view_3d(cell_views_.get(), c.state_cells, d, d, hp.n_head, d * sizeof(float),
-                                       d * d * sizeof(float), cell_ * c.state_cells->nb[1]);
-                if (ggml_backend_view_init(c.conv) != GGML_STATUS_SUCCESS ||
-                    ggml_backend_view_init(c.state) != GGML_STATUS_SUCCESS) {
-                    free_all();
-                    throw std::runtime_error("cannot place the views of a KDA cell");
-                }
-            } else {
-                ggml_context * ctx = ctx_for(il);
-                c.conv = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, K - 1, 3 * hp.kda_inner());
-                c.state = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, d, d, hp.n_head);
+        if (cell_ >= 0) {  // views of the cell's rows, shaped as the caches of its own would be
+            const LayerCache & all = cells->layer(il);
+            c.cells = &all;
+            if (all.conv != nullptr) {
+                c.conv = placed(ggml_view_2d(cell_views_.get(), all.conv, K - 1, 3 * hp.kda_inner(),
+                                             (K - 1) * sizeof(float), cell_ * all.conv->nb[1]));
+                c.state = placed(ggml_view_3d(cell_views_.get(), all.state, d, d, hp.n_head, d * sizeof(float),
+                                              d * d * sizeof(float), cell_ * all.state->nb[1]));
             }
-            ggml_format_name(c.conv, "cache_conv-%u", il);
-            ggml_format_name(c.state, "cache_state-%u", il);
-            recurrent_ = true;
-            continue;
+            if (all.latent != nullptr) c.latent = cell_rows(all.latent, n_ctx);
+            if (all.idx_k != nullptr) {
+                c.idx_k = cell_rows(all.idx_k, n_ctx);
+                c.idx_g = cell_rows(all.idx_g, n_ctx);
+                c.pooled = cell_rows(all.pooled, n_pooled);
+            }
+        } else if (hp.is_kda(il)) {
+            ggml_context * ctx = ctx_for(il);
+            c.conv = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, K - 1, 3 * hp.kda_inner());
+            c.state = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, d, d, hp.n_head);
+        } else {
+            ggml_context * ctx = ctx_for(il);
+            c.latent = ggml_new_tensor_2d(ctx, cache_type, hp.kv_lora_rank, n_ctx);
+            if (il >= hp.n_trunk() || hp.idx_full[il]) {
+                c.idx_k = ggml_new_tensor_2d(ctx, cache_type, hp.idx_head_dim, n_ctx);
+                c.idx_g = ggml_new_tensor_2d(ctx, cache_type, hp.idx_head_dim, n_ctx);
+                // the pooled keys stay f32: every step scores all of them (a widened copy each step cost a decode
+                // step ~5% on the bench preset at depth 4096), and they are a quarter of the indexer keys' rows
+                c.pooled = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, hp.idx_head_dim, n_pooled);
+            }
         }
-        ggml_context * ctx = ctx_for(il);
-        c.latent = ggml_new_tensor_2d(ctx, cache_type, hp.kv_lora_rank, n_ctx);
-        ggml_format_name(c.latent, "cache_latent-%u", il);
-        const bool full = il >= hp.n_trunk() || hp.idx_full[il];
-        if (full) {
-            c.idx_k = ggml_new_tensor_2d(ctx, cache_type, hp.idx_head_dim, n_ctx);
-            c.idx_g = ggml_new_tensor_2d(ctx, cache_type, hp.idx_head_dim, n_ctx);
-            // the pooled keys stay f32: every step scores all of them (a widened copy each step cost a decode step
-            // ~5% on the bench preset at depth 4096), and they are a quarter of the indexer keys' rows
-            c.pooled = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, hp.idx_head_dim, std::max<uint32_t>(1, n_ctx / hp.idx_kpool));
-            ggml_format_name(c.idx_k, "cache_idx_k-%u", il);
-            ggml_format_name(c.idx_g, "cache_idx_g-%u", il);
-            ggml_format_name(c.pooled, "cache_kpool-%u", il);
+        recurrent_ = recurrent_ || c.conv != nullptr;
+        for (auto [t, name] : {std::pair{c.conv, "cache_conv-%u"}, {c.state, "cache_state-%u"}, {c.latent, "cache_latent-%u"},
+                               {c.idx_k, "cache_idx_k-%u"}, {c.idx_g, "cache_idx_g-%u"}, {c.pooled, "cache_kpool-%u"}}) {
+            if (t != nullptr) ggml_format_name(t, name, il);
         }
     }
     for (const auto & [dev, ctx] : ctx_of) {
@@ -101,8 +108,8 @@ void SeqCache::free_all() {
     for (ggml_context * c : contexts_) ggml_free(c);
     buffers_.clear();
     contexts_.clear();
-    if (kda_cells_ != nullptr) kda_cells_->release(cell_);
-    kda_cells_ = nullptr;
+    if (cells_ != nullptr) cells_->release(cell_);
+    cells_ = nullptr;
 }
 
 std::map<ggml_backend_dev_t, size_t> SeqCache::bytes_by_device() const {
@@ -111,18 +118,22 @@ std::map<ggml_backend_dev_t, size_t> SeqCache::bytes_by_device() const {
         out[device_of(b)] += ggml_backend_buffer_get_size(b);
     }
     for (const LayerCache & c : layers_) {
-        if (c.conv_cells == nullptr) continue;
-        out[device_of(c.conv_cells->buffer)] += ggml_nbytes(c.conv) + ggml_nbytes(c.state);
+        if (c.cells == nullptr) continue;
+        for (const ggml_tensor * t : {c.conv, c.state, c.latent, c.idx_k, c.idx_g, c.pooled}) {
+            if (t != nullptr) out[device_of(t->buffer)] += cell_bytes(t);
+        }
     }
     return out;
 }
 
 void SeqCache::clear() {
-    // Zero everything: KDA states must start at zero; the other rows are rewritten before they are read.
+    // Zero everything: KDA states must start at zero; the other rows are rewritten before a row reads them, but a
+    // dense pass multiplies the rows it masks out by 0, and memory a device hands out may hold NaNs (over RPC a
+    // fresh cell's rows gave NaN logits).
     for (ggml_backend_buffer_t b : buffers_) ggml_backend_buffer_clear(b, 0);
-    if (kda_cells_ != nullptr) {  // the cell's rows, where they live
+    if (cells_ != nullptr) {  // the cell's rows, where they live
         for (const LayerCache & c : layers_) {
-            for (ggml_tensor * t : {c.conv, c.state}) {
+            for (ggml_tensor * t : {c.conv, c.state, c.latent, c.idx_k, c.idx_g, c.pooled}) {
                 if (t != nullptr) ggml_backend_tensor_memset(t, 0, 0, ggml_nbytes(t));
             }
         }

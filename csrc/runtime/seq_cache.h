@@ -14,7 +14,7 @@
 #include "ggml.h"
 #include "graph/layer_cache.h"
 #include "model/model.h"
-#include "runtime/kda_cells.h"
+#include "runtime/cache_cells.h"
 
 namespace glm5next {
 
@@ -47,11 +47,11 @@ public:
     // Allocates the caches of layers [first_layer, first_layer + n_layers) of `model` for n_ctx rows, zeroed, each
     // layer's on the device of its attention weights (attn_output): the trunk's layers for the trunk, the NextN
     // layer for the draft head. The attention rows (latent, indexer keys and gates) are of `cache_type`
-    // (SequenceParams::cache_type); the pooled keys and the KDA conv windows and states are f32. The KDA layers'
-    // live in a cell of `kda_cells` (the engine's) while one is free, else in tensors of the cache's own. Throws
+    // (SequenceParams::cache_type); the pooled keys and the KDA conv windows and states are f32. They are views of
+    // a cell of `cells` (the engine's; the trunk's caches) while one fits, else tensors of the cache's own. Throws
     // std::runtime_error when a device cannot hold them.
     SeqCache(const Model & model, uint32_t first_layer, uint32_t n_layers, uint32_t n_ctx, ggml_type cache_type,
-             KdaCells * kda_cells = nullptr);
+             CacheCells * cells = nullptr);
     ~SeqCache();
     SeqCache(const SeqCache &) = delete;
     SeqCache & operator=(const SeqCache &) = delete;
@@ -63,8 +63,8 @@ public:
     CacheView view() const;
     const LayerCache & layer(uint32_t il) const { return layers_.at(il - first_layer_); }
     uint32_t n_ctx() const { return n_ctx_; }
-    // The engine's cell its KDA states are in (runtime/kda_cells.h), or -1: tensors of its own.
-    int32_t kda_cell() const { return cell_; }
+    // The engine's cell its caches are views of (runtime/cache_cells.h), or -1: tensors of its own.
+    int32_t cell() const { return cell_; }
     // Cache memory (bytes) per device, its KDA cell's included.
     std::map<ggml_backend_dev_t, size_t> bytes_by_device() const;
     uint32_t n_past() const { return n_past_; }
@@ -103,7 +103,7 @@ public:
     void commit(uint32_t n_keep);
 
 private:
-    // Frees the buffers and contexts and gives the KDA cell back (the destructor; a constructor that throws).
+    // Frees the buffers and contexts and gives the cell back (the destructor; a constructor that throws).
     void free_all();
     // Per cache tensor in CacheRows order: the tensor and how many of its bytes a sequence of n_past rows uses.
     std::vector<std::pair<ggml_tensor *, size_t>> parts(uint32_t n_past) const;
@@ -121,7 +121,7 @@ private:
     uint32_t pending_rows_ = 0;
     std::vector<ggml_context *> contexts_;  // one per device
     std::vector<ggml_backend_buffer_t> buffers_;
-    KdaCells * kda_cells_ = nullptr;  // with the cell the KDA layers' states are rows of (else null)
+    CacheCells * cells_ = nullptr;  // with the cell its caches are views of (else null)
     int32_t cell_ = -1;
     std::unique_ptr<ggml_context, void (*)(ggml_context *)> cell_views_{nullptr, ggml_free};  // the views of the cell
     // the two views copy_bytes copies through: metadata only, reset before each copy (no allocation per rollback)

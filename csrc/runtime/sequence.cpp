@@ -31,7 +31,7 @@ static const SequenceParams & checked_params(const SequenceParams & params) {
 
 Sequence::Sequence(Engine & engine, const SequenceParams & params)
     : engine_(engine), params_(checked_params(params)),
-      cache_(engine.model(), 0, engine.model().hp.n_trunk(), params.n_ctx, params.cache_type, &engine.kda_cells()),
+      cache_(engine.model(), 0, engine.model().hp.n_trunk(), params.n_ctx, params.cache_type, &engine.cache_cells()),
       checkpoints_(params.n_checkpoints) {
     if (engine.has_draft_head() && params.draft_rows) {
         const Model & draft = engine.draft_model();

@@ -1,8 +1,9 @@
-"""The engine's KDA cells (csrc/runtime/kda_cells.h; issue 24): the KDA conv windows and recurrent states of up to
-n_seq_max sequences live in one tensor per layer, so that a step over several sequences runs one conv and one gated
-delta rule per KDA layer instead of one per sequence; a sequence made when every cell is taken keeps its states
-itself and its rows run per sequence. Either way a row's results equal the row's alone (tests/runtime/
-test_scheduler.py holds whole generations to their runs alone, with every slot in a cell)."""
+"""The engine's cache cells (csrc/runtime/cache_cells.h; issue 24): the trunk caches of up to n_seq_max sequences
+are cells of one tensor per layer and kind, so that a step over several sequences writes their cache rows and pools
+their indexer keys once per layer, and runs one conv and one gated delta rule per KDA layer, instead of once per
+sequence; a sequence made when every cell is taken keeps caches of its own and its rows run per sequence. Either way
+a row's results equal the row's alone (tests/runtime/test_scheduler.py holds whole generations to their runs alone,
+with every slot in a cell)."""
 from __future__ import annotations
 
 import pytest
@@ -18,7 +19,7 @@ def engine_of(gguf, n_seq_max: int, n_seqs: int, **kwargs):
     return [first] + [first.another_sequence() for _ in range(n_seqs - 1)]
 
 
-def rounds(models, n_max: int, n_rounds: int, profile_from: int):
+def rounds(models, n_max: int, n_rounds: int, profile_from: int, prompts=PROMPTS):
     """n_rounds batched draft-MTP rounds (fixed n_max) of every model's greedy generation of its prompt, the op profile
     of the rounds from `profile_from` on: (tokens emitted per model, {graph kind: {op: nodes per run}}, tokens
     emitted per round and model)."""
@@ -26,7 +27,7 @@ def rounds(models, n_max: int, n_rounds: int, profile_from: int):
     engine = models[0].engine
     gens = [m.generator(n_max=n_max, temperature=0, seed=0) for m in models]
     batch = _core.Batch(engine)
-    for g, p in zip(gens, PROMPTS):
+    for g, p in zip(gens, prompts):
         _core.Batch.start(g, p, False)
     out, per_round = [[] for _ in models], []
     for r in range(n_rounds):
@@ -46,13 +47,13 @@ def rounds(models, n_max: int, n_rounds: int, profile_from: int):
     return out, nodes, per_round
 
 
-def rounds_alone(gguf, i: int, n_max: int, n_rounds: int, **kwargs):
-    """The tokens `rounds` emits for PROMPTS[i], its sequence alone on an engine."""
+def rounds_alone(gguf, i: int, n_max: int, n_rounds: int, prompts=PROMPTS, **kwargs):
+    """The tokens `rounds` emits for prompts[i], its sequence alone on an engine."""
     from glm5next_runtime import _core
     (m,) = engine_of(gguf, 1, 1, **kwargs)
     g = m.generator(n_max=n_max, temperature=0, seed=0)
     batch = _core.Batch(m.engine)
-    _core.Batch.start(g, PROMPTS[i], False)
+    _core.Batch.start(g, prompts[i], False)
     out = []
     for _ in range(n_rounds):
         batch.set([g], [1000], None)
@@ -69,16 +70,38 @@ def kda_layers(gguf) -> int:
     return sum(1 for n in Model(gguf, n_ctx=64, warmup=False).hparams["head_count_kv"] if n == 0)
 
 
-def test_decode_rows_of_sequences_in_cells_run_one_conv_and_one_delta_rule_per_kda_layer(predictable_gguf):
+def test_decode_rows_of_sequences_in_cells_write_their_caches_and_run_kda_once_per_layer(predictable_gguf):
     n_kda = kda_layers(predictable_gguf)
+    _, nodes, _ = rounds(engine_of(predictable_gguf, 1, 1), 0, 8, 4)
+    alone_step = nodes["decode 1 row"]  # its DSA cache writes (set_rows); its KDA states are copied (cpy)
     got, nodes, _ = rounds(engine_of(predictable_gguf, 3, 3), 0, 8, 4)
     step = nodes["decode 3 rows x 3 sequences"]
     assert step["SSM_CONV"] == n_kda and step["GATED_DELTA_NET"] == n_kda
+    # one write per cache tensor for all three, and per KDA layer one of the windows and one of the states
+    assert step["SET_ROWS"] == alone_step["SET_ROWS"] + 2 * n_kda
     # the same sequences with their states of their own: one per sequence and layer
     own, nodes, _ = rounds(engine_of(predictable_gguf, 1, 3), 0, 8, 4)
     step = nodes["decode 3 rows x 3 sequences"]
     assert step["SSM_CONV"] == 3 * n_kda and step["GATED_DELTA_NET"] == 3 * n_kda
     assert got == own == [rounds_alone(predictable_gguf, i, 0, 8) for i in range(3)]
+
+
+def test_parts_of_unequal_rows_in_cells_write_their_caches_at_once_and_run_kda_per_sequence(predictable_gguf):
+    """Three short prompts in one few-row group (5, 9 and 12 rows, in prompt ubatches the checkpoint plan cuts: the
+    last 4 rows of each apart, runtime/checkpoint_plan.h): the step of unequal parts writes the cache rows of all
+    three with one set_rows per tensor and runs KDA per sequence (one conv and gated delta rule take sequences of
+    equal rows), the step of 4 rows each runs KDA once; every sequence's tokens equal its run alone."""
+    n_kda = kda_layers(predictable_gguf)
+    short = [PROMPTS[0][:5], PROMPTS[1][:9], PROMPTS[2][:12]]
+    _, nodes, _ = rounds(engine_of(predictable_gguf, 1, 1), 0, 3, 2)
+    dsa_writes = nodes["decode 1 row"]["SET_ROWS"]
+    got, nodes, _ = rounds(engine_of(predictable_gguf, 3, 3), 0, 6, 0, prompts=short)
+    prefill = {kind: ops for kind, ops in nodes.items() if kind.startswith("prefill")}
+    assert sorted(prefill) == ["prefill 12 rows x 3 sequences", "prefill 14 rows x 3 sequences"]
+    unequal, equal = prefill["prefill 14 rows x 3 sequences"], prefill["prefill 12 rows x 3 sequences"]
+    assert unequal["SSM_CONV"] == 3 * n_kda and unequal["SET_ROWS"] == dsa_writes
+    assert equal["SSM_CONV"] == n_kda and equal["SET_ROWS"] == dsa_writes + 2 * n_kda
+    assert got == [rounds_alone(predictable_gguf, i, 0, 6, prompts=short) for i in range(3)]
 
 
 def test_verify_passes_over_cells_roll_back_each_sequence_to_its_own_row(predictable_gguf):
@@ -99,26 +122,24 @@ def test_sequences_made_when_every_cell_is_taken_keep_their_states_themselves(pr
     """n_seq_max 2 and four sequences: two in cells, two with states of their own; a step over all four runs per
     sequence and each sequence's tokens equal its run alone. A cell given back by a freed sequence is taken again."""
     models = engine_of(predictable_gguf, 2, 3)
-    assert [m.sequence.kda_cell for m in models] == [0, 1, -1]
+    assert [m.sequence.cache_cell for m in models] == [0, 1, -1]
     got, _, _ = rounds(models, 0, 6, 6)
     assert got == [rounds_alone(predictable_gguf, i, 0, 6) for i in range(3)]
     models[1].unload()
-    assert models[0].another_sequence().sequence.kda_cell == 1
+    assert models[0].another_sequence().sequence.cache_cell == 1
 
 
 def test_the_load_report_counts_every_cell_once(predictable_gguf):
-    """The caches an engine reports are the same whether its sequences' states are in cells or their own, and
-    cells no sequence has taken are counted too (each the size of a sequence's KDA states)."""
+    """The caches an engine reports are the same whether its sequences' caches are cells or their own, and cells no
+    sequence has taken count as what a sequence's caches take (without the NextN layer's, spec_type none: cells
+    hold the trunk's)."""
     def caches(n_seq_max, n_seqs):
-        models = engine_of(predictable_gguf, n_seq_max, n_seqs)
-        m = models[0]
-        kda_states = m.checkpoints()["bytes_each"] - 4 * m.hparams["n_embd"]  # a checkpoint, less its hidden row
-        return sum(d["caches"] for d in m.memory()), m.sequence.cache_bytes, kda_states
+        models = engine_of(predictable_gguf, n_seq_max, n_seqs, spec_type="none")
+        return sum(d["caches"] for d in models[0].memory()), models[0].sequence.cache_bytes
 
-    in_cells, per_seq, kda_states = caches(3, 3)
-    assert kda_states > 0
-    assert caches(1, 3)[:2] == (in_cells, per_seq)
-    assert caches(3, 1)[0] == caches(1, 1)[0] + 2 * kda_states
+    in_cells, per_seq = caches(3, 3)
+    assert caches(1, 3) == (in_cells, per_seq)
+    assert caches(3, 1) == (caches(1, 1)[0] + 2 * per_seq, per_seq)
 
 
 def test_n_seq_max_below_one_is_refused_by_name(predictable_gguf):
