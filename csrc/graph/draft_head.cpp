@@ -115,6 +115,7 @@ void DraftGraph::set_inputs(const float * hidden, const int32_t * tokens, const 
             ++i;
         }
         group.set_out_rows();
+        group.set_cells();
     }
 }
 

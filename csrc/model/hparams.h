@@ -49,6 +49,8 @@ struct HParams {
     uint32_t n_trunk() const { return n_layer_all - n_nextn; }
     bool is_kda(uint32_t il) const { return head_count_kv[il] == 0; }
     bool is_dense_ffn(uint32_t il) const { return il < n_dense_lead; }
+    // Whether layer il's indexer keeps its own keys (a full one; the NextN layer's always), not a shared one's.
+    bool full_indexer(uint32_t il) const { return il >= n_trunk() || idx_full[il]; }
     uint32_t kda_inner() const { return kda_head_dim * n_head; }
     // Pooled keys a full indexer layer's cache of n_ctx rows holds: one per complete pool, at least one.
     uint32_t n_pooled(uint32_t n_ctx) const { return std::max<uint32_t>(1, n_ctx / idx_kpool); }

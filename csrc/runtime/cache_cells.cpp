@@ -6,8 +6,8 @@
 
 namespace glm5next {
 
-CacheCells::CacheCells(const Model & model, uint32_t n_cells)
-    : model_(model), layers_(model.hp.n_trunk()), taken_(n_cells, false) {}
+CacheCells::CacheCells(const Model & model, uint32_t first_layer, uint32_t n_layers, uint32_t n_cells)
+    : model_(model), first_layer_(first_layer), layers_(n_layers), taken_(n_cells, false) {}
 
 CacheCells::~CacheCells() {
     for (ggml_backend_buffer_t b : buffers_) ggml_backend_buffer_free(b);
@@ -18,14 +18,14 @@ void CacheCells::allocate(uint32_t n_ctx, ggml_type cache_type) {
     const HParams & hp = model_.hp;
     const int64_t n = n_cells(), d = hp.kda_head_dim, n_pooled = hp.n_pooled(n_ctx);
     std::map<ggml_backend_dev_t, ggml_context *> ctx_of;
-    for (uint32_t il = 0; il < hp.n_trunk(); ++il) {
+    for (uint32_t il = first_layer_; il < first_layer_ + layers_.size(); ++il) {
         ggml_backend_dev_t dev = device_of(model_.layers[il].wo);
         if (ctx_of.count(dev) == 0) {
-            ctx_of[dev] = ggml_init({ggml_tensor_overhead() * 4 * hp.n_trunk(), nullptr, true});
+            ctx_of[dev] = ggml_init({ggml_tensor_overhead() * 4 * layers_.size(), nullptr, true});
             contexts_.push_back(ctx_of[dev]);
         }
         ggml_context * ctx = ctx_of[dev];
-        LayerCache & c = layers_[il];
+        LayerCache & c = layers_[il - first_layer_];
         if (hp.is_kda(il)) {
             c.conv = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, (hp.ssm_conv_kernel - 1) * 3 * hp.kda_inner(), n);
             c.state = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, d * d * hp.n_head, n);
@@ -35,7 +35,7 @@ void CacheCells::allocate(uint32_t n_ctx, ggml_type cache_type) {
         }
         c.latent = ggml_new_tensor_2d(ctx, cache_type, hp.kv_lora_rank, n * n_ctx);
         ggml_format_name(c.latent, "cells_latent-%u", il);
-        if (hp.idx_full[il]) {
+        if (hp.full_indexer(il)) {
             c.idx_k = ggml_new_tensor_2d(ctx, cache_type, hp.idx_head_dim, n * n_ctx);
             c.idx_g = ggml_new_tensor_2d(ctx, cache_type, hp.idx_head_dim, n * n_ctx);
             c.pooled = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, hp.idx_head_dim, n * n_pooled);
@@ -51,7 +51,7 @@ void CacheCells::allocate(uint32_t n_ctx, ggml_type cache_type) {
             for (ggml_context * c : contexts_) ggml_free(c);
             buffers_.clear();
             contexts_.clear();
-            layers_.assign(hp.n_trunk(), LayerCache{});
+            layers_.assign(layers_.size(), LayerCache{});
             throw std::runtime_error("cannot allocate the caches of " + std::to_string(n) + " sequences (n_seq_max) of " +
                                      "n_ctx = " + std::to_string(n_ctx) + " on " + ggml_backend_dev_name(dev));
         }

@@ -1,5 +1,5 @@
-// The trunk caches of up to n_seq_max sequences of one engine, one tensor per layer and kind with one cell (a range of
-// rows) per sequence: llama.cpp's unified KV cache and recurrent memory, sized as llama.cpp sizes them, by n_seq_max.
+// The caches of up to n_seq_max sequences of one engine (the trunk's; the NextN layer's, another set), one tensor per
+// layer and kind with one cell (a range of rows) per sequence: llama.cpp's unified KV cache and recurrent memory, sized as llama.cpp sizes them, by n_seq_max.
 // A sequence's caches are views of its cell (runtime/seq_cache.h), so that everything done per sequence is unchanged,
 // and a step over several sequences does per layer at once what it did per sequence (graph/blocks.cpp; issue 24):
 // it writes every row's latent and indexer keys with one set_rows per tensor, pools the keys of all its sequences in
@@ -28,9 +28,10 @@ size_t cell_bytes(const ggml_tensor * view);
 
 class CacheCells {
 public:
-    // n_cells cells of the trunk layers of `model`, each layer's on the device of its attention weights (attn_output,
-    // as runtime/seq_cache.h places a sequence's caches). Nothing is allocated before the first acquire.
-    CacheCells(const Model & model, uint32_t n_cells);
+    // n_cells cells of layers [first_layer, first_layer + n_layers) of `model` (as runtime/seq_cache.h takes them:
+    // the trunk's, or the NextN layer's), each layer's on the device of its attention weights (attn_output). Nothing
+    // is allocated before the first acquire.
+    CacheCells(const Model & model, uint32_t first_layer, uint32_t n_layers, uint32_t n_cells);
     ~CacheCells();
     CacheCells(const CacheCells &) = delete;
     CacheCells & operator=(const CacheCells &) = delete;
@@ -47,7 +48,7 @@ public:
     // rows are [c * rows, (c + 1) * rows)): conv f32 [(K-1) * 3*inner, n_cells] and state f32 [d*d*n_head, n_cells]
     // (a cell's window and state flattened), latent, idx_k, idx_g [width, n_cells * n_ctx], pooled f32
     // [idim, n_cells * n_pooled]. Null tensors before the first acquire and where the layer has none.
-    const LayerCache & layer(uint32_t il) const { return layers_.at(il); }
+    const LayerCache & layer(uint32_t il) const { return layers_.at(il - first_layer_); }
     // Memory (bytes) per device of the cells not taken (a taken cell is its sequence's: SeqCache::bytes_by_device).
     std::map<ggml_backend_dev_t, size_t> free_bytes_by_device() const;
 
@@ -55,9 +56,10 @@ private:
     void allocate(uint32_t n_ctx, ggml_type cache_type);
 
     const Model & model_;
+    uint32_t first_layer_;
     uint32_t n_ctx_ = 0;  // rows per cell, 0 before the first acquire
     ggml_type cache_type_ = GGML_TYPE_COUNT;
-    std::vector<LayerCache> layers_;  // per trunk layer
+    std::vector<LayerCache> layers_;  // per layer from first_layer_
     std::vector<bool> taken_;
     mutable std::mutex mutex_;  // over taken_ and the first allocation
     std::vector<ggml_context *> contexts_;  // one per device

@@ -47,7 +47,10 @@ Engine::Engine(const Model & model, const EngineParams & params, const Model * d
     } else if (params.draft_type != GGML_TYPE_COUNT) {
         throw std::invalid_argument(model.path + ": a draft type was given but the file has no NextN layer");
     }
-    cache_cells_ = std::make_unique<CacheCells>(model_, params_.n_seq_max);
+    cache_cells_ = std::make_unique<CacheCells>(model_, 0, model_.hp.n_trunk(), params_.n_seq_max);
+    if (draft_weights_) {
+        draft_cache_cells_ = std::make_unique<CacheCells>(draft_model_, draft_model_.hp.n_trunk(), 1, params_.n_seq_max);
+    }
     // The scheduler's backends: every device holding weights (in placement order), the CPU last (ggml gives
     // lower indices priority; the CPU also runs this project's custom ops, see alloc).
     std::vector<ggml_backend_dev_t> devices = model_.devices();
@@ -182,7 +185,10 @@ std::vector<DeviceMemory> Engine::memory() const {
             for (const auto & [dev, n] : c->bytes_by_device()) by_dev[dev].caches += n;
         }
     }
-    for (const auto & [dev, n] : cache_cells_->free_bytes_by_device()) by_dev[dev].caches += n;
+    for (const CacheCells * cells : {cache_cells_.get(), draft_cache_cells_.get()}) {
+        if (cells == nullptr) continue;
+        for (const auto & [dev, n] : cells->free_bytes_by_device()) by_dev[dev].caches += n;
+    }
     for (ggml_backend_t b : backends_) {
         for (const GraphSlot * slot : graphs_->all()) {
             by_dev[ggml_backend_get_device(b)].compute += ggml_backend_sched_get_buffer_size(slot->sched(), b);

@@ -141,8 +141,10 @@ public:
     // later sequence may get again).
     uint64_t attach(const Sequence * seq);
     void detach(const Sequence * seq);
-    // The cells a new sequence's trunk caches take while one fits (Sequence's constructor).
+    // The cells a new sequence's trunk caches take while one fits, and its NextN layer's (null without a draft
+    // head) (Sequence's constructor).
     CacheCells & cache_cells() { return *cache_cells_; }
+    CacheCells * draft_cache_cells() { return draft_cache_cells_.get(); }
     // A sequence committed the verify pass whose KDA snapshots `slot` holds (Sequence::commit): the slot may run
     // other graphs again.
     void release_snapshots(const GraphSlot * slot);
@@ -157,7 +159,7 @@ private:
     const Model & draft_model_;  // the file the draft head's weights come from (model_ unless -md)
     EngineParams params_;
     std::unique_ptr<DraftWeights> draft_weights_;
-    std::unique_ptr<CacheCells> cache_cells_;
+    std::unique_ptr<CacheCells> cache_cells_, draft_cache_cells_;
     std::vector<ggml_backend_t> backends_;  // the placed devices', then the CPU's
     ggml_backend_t cpu_ = nullptr;
     CpuPins pins_;  // before graphs_: its slots keep a reference

@@ -75,7 +75,7 @@ SeqCache::SeqCache(const Model & model, uint32_t first_layer, uint32_t n_layers,
         } else {
             ggml_context * ctx = ctx_for(il);
             c.latent = ggml_new_tensor_2d(ctx, cache_type, hp.kv_lora_rank, n_ctx);
-            if (il >= hp.n_trunk() || hp.idx_full[il]) {
+            if (hp.full_indexer(il)) {
                 c.idx_k = ggml_new_tensor_2d(ctx, cache_type, hp.idx_head_dim, n_ctx);
                 c.idx_g = ggml_new_tensor_2d(ctx, cache_type, hp.idx_head_dim, n_ctx);
                 // the pooled keys stay f32: every step scores all of them (a widened copy each step cost a decode

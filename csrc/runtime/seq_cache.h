@@ -48,7 +48,7 @@ public:
     // layer's on the device of its attention weights (attn_output): the trunk's layers for the trunk, the NextN
     // layer for the draft head. The attention rows (latent, indexer keys and gates) are of `cache_type`
     // (SequenceParams::cache_type); the pooled keys and the KDA conv windows and states are f32. They are views of
-    // a cell of `cells` (the engine's; the trunk's caches) while one fits, else tensors of the cache's own. Throws
+    // a cell of `cells` (the engine's, for these layers) while one fits, else tensors of the cache's own. Throws
     // std::runtime_error when a device cannot hold them.
     SeqCache(const Model & model, uint32_t first_layer, uint32_t n_layers, uint32_t n_ctx, ggml_type cache_type,
              CacheCells * cells = nullptr);

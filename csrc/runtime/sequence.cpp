@@ -35,7 +35,8 @@ Sequence::Sequence(Engine & engine, const SequenceParams & params)
       checkpoints_(params.n_checkpoints) {
     if (engine.has_draft_head() && params.draft_rows) {
         const Model & draft = engine.draft_model();
-        draft_cache_ = std::make_unique<SeqCache>(draft, draft.hp.n_trunk(), 1, params.n_ctx, params.cache_type);
+        draft_cache_ = std::make_unique<SeqCache>(draft, draft.hp.n_trunk(), 1, params.n_ctx, params.cache_type,
+                                                  engine.draft_cache_cells());
     }
     id_ = engine_.attach(this);
     try {

@@ -169,16 +169,19 @@ def test_separate_draft_file_is_placed_too(checkpoints, devices, draft_on):
     assert spec.tokens == plain and spec.metrics["n_accepted"] > 0
 
 
+@pytest.mark.parametrize("n_seq_max", [1, 3])
 @pytest.mark.parametrize("placement", ["ngl-all", "ngl-all-cpu-moe", "ngl-partial"])
-def test_sequences_batched_on_a_placed_model_decode_as_alone(predictable_gguf, devices, placement):
+def test_sequences_batched_on_a_placed_model_decode_as_alone(predictable_gguf, devices, placement, n_seq_max):
     """The slots' rounds batched (glm5next_runtime/scheduler.py) on a model placed on devices: each sequence's part
     of a graph runs on the devices of its layers, with ggml's standard ops there. Those multiply several rows with
     the device's own kernels, which need not round as one row alone does (on the CPU a row's bits are its bits
-    alone, graph/parts.h): here greedy tokens are held equal and log-probabilities close (f32)."""
+    alone, graph/parts.h): here greedy tokens are held equal and log-probabilities close (f32). n_seq_max 1: the
+    later sequences keep caches of their own; 3: all are cells of the engine's on the devices (runtime/cache_cells.h),
+    as the server makes its slots."""
     from glm5next_runtime import Model
     from glm5next_runtime.scheduler import Scheduler
     a, b = (device_name(e) for e in devices)
-    first = Model(predictable_gguf, n_ctx=512, n_batch=32, n_threads=2, draft_adaptive=False,
+    first = Model(predictable_gguf, n_ctx=512, n_batch=32, n_threads=2, draft_adaptive=False, n_seq_max=n_seq_max,
                   **PLACEMENTS[placement](a, b))
     models = [first, first.another_sequence(), first.another_sequence()]
     prompts = [random_tokens(20 + 30 * i, seed=50 + i) for i in range(3)]
