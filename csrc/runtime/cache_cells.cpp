@@ -1,6 +1,7 @@
 #include "runtime/cache_cells.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
@@ -17,6 +18,10 @@ CacheCells::~CacheCells() {
 void CacheCells::allocate(uint32_t n_ctx, ggml_type cache_type) {
     const HParams & hp = model_.hp;
     const int64_t n = n_cells(), d = hp.kda_head_dim, n_pooled = hp.n_pooled(n_ctx);
+    if (n * n_ctx > INT32_MAX) {  // the pooled keys' member rows are gathered by i32 indices (get_rows)
+        throw std::invalid_argument(std::to_string(n) + " sequences (n_seq_max) of n_ctx = " + std::to_string(n_ctx) +
+                                    " rows exceed the 2^31 rows one cache tensor's indices reach");
+    }
     std::map<ggml_backend_dev_t, ggml_context *> ctx_of;
     for (uint32_t il = first_layer_; il < first_layer_ + layers_.size(); ++il) {
         ggml_backend_dev_t dev = device_of(model_.layers[il].wo);

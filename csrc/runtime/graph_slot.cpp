@@ -78,9 +78,11 @@ DraftGraph & GraphSlot::new_draft(ggml_context ** ctx) {
     return *draft_;
 }
 
-// The device whose memory holds t's data (through views: a cache's), or null when it has none yet.
+// The device whose memory holds t's data, through views and rows gathered from a cache (a cache's; the states of
+// several sequences gathered from the engine's cells, BlockBuilder::delta_rule_over_cells), or null when it has none
+// yet.
 static ggml_backend_dev_t data_device(const ggml_tensor * t) {
-    while (t->view_src != nullptr) t = t->view_src;
+    while (t->view_src != nullptr || t->op == GGML_OP_GET_ROWS) t = t->view_src != nullptr ? t->view_src : t->src[0];
     return t->buffer != nullptr ? device_of(t->buffer) : nullptr;
 }
 

@@ -65,7 +65,7 @@ public:
     uint32_t n_ctx() const { return n_ctx_; }
     // The engine's cell its caches are views of (runtime/cache_cells.h), or -1: tensors of its own.
     int32_t cell() const { return cell_; }
-    // Cache memory (bytes) per device, its KDA cell's included.
+    // Cache memory (bytes) per device, its cell's rows included.
     std::map<ggml_backend_dev_t, size_t> bytes_by_device() const;
     uint32_t n_past() const { return n_past_; }
 

@@ -119,7 +119,7 @@ def test_verify_passes_over_cells_roll_back_each_sequence_to_its_own_row(predict
 
 
 def test_sequences_made_when_every_cell_is_taken_keep_their_states_themselves(predictable_gguf):
-    """n_seq_max 2 and four sequences: two in cells, two with states of their own; a step over all four runs per
+    """n_seq_max 2 and three sequences: two in cells, one with caches of its own; a step over all three runs per
     sequence and each sequence's tokens equal its run alone. A cell given back by a freed sequence is taken again."""
     models = engine_of(predictable_gguf, 2, 3)
     assert [m.sequence.cache_cell for m in models] == [0, 1, -1]

@@ -266,6 +266,41 @@ def test_a_kda_head_size_the_device_kernel_lacks_runs_on_the_cpu(checkpoints, de
         assert np.abs(ours - theirs).max() <= 1e-5
 
 
+@pytest.mark.parametrize("head_dim, pinned", [(24, True), (16, False)])
+def test_a_step_over_cells_keeps_kda_on_the_cpu_where_the_device_kernel_lacks_its_head_size(checkpoints, devices,
+                                                                                            monkeypatch, head_dim,
+                                                                                            pinned):
+    """The same pin when two sequences' KDA states are gathered from the engine's cells and run as one gated delta
+    rule (csrc/runtime/cache_cells.h): a batched decode step of head size 24 on a device declared CUDA crosses to the
+    CPU for it (more splits than placed as plain RPC), and the tokens are the CPU-only ones."""
+    from glm5next_runtime import Model, _core
+    path = checkpoints.convert(checkpoints.make(f"kda-head-{head_dim}", "tiny", linear_head_dim=head_dim), outtype="f32")
+    device = device_name(devices[0])
+    prompts = [random_tokens(20, seed=6), random_tokens(20, seed=7)]
+
+    def run(**placement):
+        first = Model(path, n_ctx=128, n_threads=2, n_seq_max=2, spec_type="none", **placement)
+        gens = [m.generator(n_max=0, temperature=0, seed=0) for m in (first, first.another_sequence())]
+        batch = _core.Batch(first.engine)
+        for g, p in zip(gens, prompts):
+            _core.Batch.start(g, p, False)
+        tokens = [[], []]
+        for _ in range(6):  # the prompts (in equal ubatches: the checkpoint plan cuts the last 4 rows), then decodes
+            batch.set(gens, [100, 100], None)
+            batch.begin()
+            batch.verify()
+            for i in range(2):
+                tokens[i] += batch.emitted(i)
+        return tokens, first.graph_splits
+
+    cpu = run()
+    plain = run(n_gpu_layers=99, devices=[device])
+    monkeypatch.setenv("GLM5NEXT_RPC_BACKEND", "CUDA")
+    cuda = run(n_gpu_layers=99, devices=[device])
+    assert (cuda[1] > plain[1]) == pinned
+    assert cuda[0] == plain[0] == cpu[0] and all(len(t) >= 4 for t in cpu[0])
+
+
 @pytest.mark.parametrize("preset", ["notail", "kpool8"])
 def test_a_dense_ubatchs_mask_made_on_the_device_gives_the_cpu_logits_and_selections(checkpoints, devices, preset):
     """kpool_mask_std (graph/select_std.h) against the CPU's kpool_mask: without the tail (early rows select no key:
