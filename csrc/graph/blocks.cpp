@@ -233,9 +233,7 @@ ggml_tensor * BlockBuilder::conv_over_cells(ggml_tensor * proj, ggml_tensor * ke
                                             ggml_tensor ** xt_out) const {
     const LayerCache & all = *group->parts[0]->cache.layer(il).cells;
     const int64_t K = hp.ssm_conv_kernel, channels = proj->ne[0], P = (int64_t) group->parts.size(), n = T / P;
-    InputCells & in = group->cells_input(hp);
-    in.add_cells(ctx);
-    ggml_tensor * cells = in.cells;
+    ggml_tensor * cells = group->cells_input(hp).add_cells(ctx);
     ggml_tensor * windows = ggml_reshape_3d(ctx, ggml_get_rows(ctx, all.conv, cells), K - 1, channels, P);
     ggml_tensor * rows = ggml_permute(ctx, ggml_reshape_3d(ctx, proj, channels, n, P), 1, 0, 2, 3);  // [n, channels, P]
     ggml_tensor * xt = ggml_concat(ctx, windows, rows, 0);
@@ -257,9 +255,7 @@ ggml_tensor * BlockBuilder::delta_rule_over_cells(ggml_tensor * q, ggml_tensor *
     const LayerCache & all = *group->parts[0]->cache.layer(il).cells;
     const int64_t d = hp.kda_head_dim, nh = hp.n_head, P = (int64_t) group->parts.size(), n = T / P;
     const bool snapshots = group->parts[0]->keep_snapshots;
-    InputCells & in = group->cells_input(hp);
-    in.add_cells(ctx);
-    ggml_tensor * cells = in.cells;
+    ggml_tensor * cells = group->cells_input(hp).add_cells(ctx);
     ggml_tensor * states = ggml_reshape_4d(ctx, ggml_get_rows(ctx, all.state, cells), d, d, nh, P);
     auto per_part = [&](ggml_tensor * t) { return ggml_reshape_4d(ctx, t, t->ne[0], nh, n, P); };
     ggml_tensor * packed = ggml_gated_delta_net(ctx, per_part(q), per_part(k), per_part(v), per_part(gate),
@@ -321,10 +317,10 @@ ggml_tensor * BlockBuilder::scored_pools(const GraphPart & part, const LayerCach
 void BlockBuilder::index_rows_over_cells(const LayerCache & all, const LayerWeights & w, ggml_tensor * ik,
                                          ggml_tensor * ig) const {
     InputCells & in = group->cells_input(hp);
-    in.add_rows(ctx);
+    ggml_tensor * rows = in.add_rows(ctx);
     in.add_pools(ctx, hp.idx_kpool);
-    write_rows_at(ik, all.idx_k, in.rows);
-    write_rows_at(ig, all.idx_g, in.rows);
+    write_rows_at(ik, all.idx_k, rows);
+    write_rows_at(ig, all.idx_g, rows);
     write_rows_at(pooled_keys(all, w, in.pool_rows), all.pooled, in.pool_dst);
 }
 
@@ -450,9 +446,7 @@ ggml_tensor * BlockBuilder::dsa(ggml_tensor * x, const LayerWeights & w, uint32_
     // the cache rows of all parts at once where they are cells of the engine's (issue 24), else per part
     const LayerCache * all = group->over_cells() ? parts[0]->cache.layer(il).cells : nullptr;
     if (all != nullptr) {
-        InputCells & in = group->cells_input(hp);
-        in.add_rows(ctx);
-        write_rows_at(kv, all->latent, in.rows);
+        write_rows_at(kv, all->latent, group->cells_input(hp).add_rows(ctx));
     } else {
         for (GraphPart * part : parts) {
             write_rows_at(rows_view(ctx, kv, 1, part->row0, part->n_rows), part->cache.layer(il).latent,

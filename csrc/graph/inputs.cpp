@@ -7,19 +7,26 @@
 
 namespace glm5next {
 
-InputArray::InputArray(ggml_context * ctx, ggml_type type, int64_t ne0, int64_t ne1, const char * name)
-    : t(ggml_new_tensor_2d(ctx, type, ne0, ne1)) {
+namespace {
+
+// A graph input of `type` [ne0, ne1] named `name`.
+ggml_tensor * new_input(ggml_context * ctx, ggml_type type, int64_t ne0, int64_t ne1, const char * name) {
+    ggml_tensor * t = ggml_new_tensor_2d(ctx, type, ne0, ne1);
     ggml_set_name(t, name);
     ggml_set_input(t);
+    return t;
 }
+
+}  // namespace
+
+InputArray::InputArray(ggml_context * ctx, ggml_type type, int64_t ne0, int64_t ne1, const char * name)
+    : t(new_input(ctx, type, ne0, ne1, name)) {}
 
 void InputArray::set_input(const void * data) const { ggml_backend_tensor_set(t, data, 0, ggml_nbytes(t)); }
 
 InputRowScale::InputRowScale(ggml_context * ctx, const HParams & hp, int64_t n_rows) {
     if (hp.idx_select_tail) return;  // every row selects its own tail pool
-    t = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 1, n_rows);
-    ggml_set_name(t, "inp_row_scale");
-    ggml_set_input(t);
+    t = new_input(ctx, GGML_TYPE_F32, 1, n_rows, "inp_row_scale");
 }
 
 void InputRowScale::set_input(const KpoolParams & at, int64_t row0, int64_t n) const {
@@ -29,24 +36,13 @@ void InputRowScale::set_input(const KpoolParams & at, int64_t row0, int64_t n) c
     ggml_backend_tensor_set(t, scale.data(), row0 * t->nb[1], n * sizeof(float));
 }
 
-namespace {
-
-ggml_tensor * new_input(ggml_context * ctx, int64_t ne0, int64_t ne1, const char * name) {
-    ggml_tensor * t = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, ne0, ne1);
-    ggml_set_name(t, name);
-    ggml_set_input(t);
-    return t;
-}
-
-}  // namespace
-
 InputKpoolRows::InputKpoolRows(ggml_context * ctx, int64_t n_rows)
-    : n_cand(new_input(ctx, 1, n_rows, "inp_kpool_n_cand")) {}
+    : n_cand(new_input(ctx, GGML_TYPE_F32, 1, n_rows, "inp_kpool_n_cand")) {}
 
 void InputKpoolRows::add_tail(ggml_context * ctx, const HParams & hp) {
     if (tail_rows || !hp.idx_select_tail || hp.idx_kpool < 2) return;
-    tail_rows = new_input(ctx, hp.idx_kpool - 1, n_cand->ne[1], "inp_kpool_tail_rows");
-    tail_mask = new_input(ctx, hp.idx_kpool - 1, n_cand->ne[1], "inp_kpool_tail_mask");
+    tail_rows = new_input(ctx, GGML_TYPE_F32, hp.idx_kpool - 1, n_cand->ne[1], "inp_kpool_tail_rows");
+    tail_mask = new_input(ctx, GGML_TYPE_F32, hp.idx_kpool - 1, n_cand->ne[1], "inp_kpool_tail_mask");
 }
 
 void InputKpoolRows::set_input(const KpoolParams & at) const {
@@ -69,10 +65,8 @@ void InputKpoolRows::set_input(const KpoolParams & at) const {
     ggml_backend_tensor_set(tail_mask, mask.data(), 0, ggml_nbytes(tail_mask));
 }
 
-InputCacheRows::InputCacheRows(ggml_context * ctx, int64_t n_rows) : pos(ggml_new_tensor_1d(ctx, GGML_TYPE_I64, n_rows)) {
-    ggml_set_name(pos, "inp_pos");
-    ggml_set_input(pos);
-}
+InputCacheRows::InputCacheRows(ggml_context * ctx, int64_t n_rows)
+    : pos(new_input(ctx, GGML_TYPE_I64, n_rows, 1, "inp_pos")) {}
 
 void InputCacheRows::add_pools(ggml_context * ctx, int64_t kpool, int64_t n_pooled, int64_t n_ctx) {
     if (pool_rows) return;
@@ -80,12 +74,8 @@ void InputCacheRows::add_pools(ggml_context * ctx, int64_t kpool, int64_t n_pool
     n_pooled_ = n_pooled;
     n_ctx_ = n_ctx;
     const int64_t n_slots = max_pools_touched(pos->ne[0], kpool);
-    pool_rows = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, kpool * n_slots);
-    pool_dst = ggml_new_tensor_1d(ctx, GGML_TYPE_I64, n_slots);
-    ggml_set_name(pool_rows, "inp_pool_rows");
-    ggml_set_name(pool_dst, "inp_pool_dst");
-    ggml_set_input(pool_rows);
-    ggml_set_input(pool_dst);
+    pool_rows = new_input(ctx, GGML_TYPE_I32, kpool * n_slots, 1, "inp_pool_rows");
+    pool_dst = new_input(ctx, GGML_TYPE_I64, n_slots, 1, "inp_pool_dst");
 }
 
 void pool_slots(int64_t n_past, int64_t n_rows, int64_t n_slots, int64_t kpool, int64_t n_pooled, int64_t n_ctx,
@@ -111,20 +101,17 @@ void InputCacheRows::set_input(int64_t n_past) const {
     ggml_backend_tensor_set(pool_dst, dst.data(), 0, ggml_nbytes(pool_dst));
 }
 
-void InputCells::add_cells(ggml_context * ctx) {
-    if (cells) return;
-    cells = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, (int64_t) parts_.size());
-    ggml_set_name(cells, "inp_cells");
-    ggml_set_input(cells);
+ggml_tensor * InputCells::add_cells(ggml_context * ctx) {
+    if (!cells) cells = new_input(ctx, GGML_TYPE_I32, (int64_t) parts_.size(), 1, "inp_cells");
+    return cells;
 }
 
-void InputCells::add_rows(ggml_context * ctx) {
-    if (rows) return;
+ggml_tensor * InputCells::add_rows(ggml_context * ctx) {
+    if (rows) return rows;
     int64_t n_rows = 0;
     for (const CellPart & p : parts_) n_rows += p.n_rows;
-    rows = ggml_new_tensor_1d(ctx, GGML_TYPE_I64, n_rows);
-    ggml_set_name(rows, "inp_cell_rows");
-    ggml_set_input(rows);
+    rows = new_input(ctx, GGML_TYPE_I64, n_rows, 1, "inp_cell_rows");
+    return rows;
 }
 
 void InputCells::add_pools(ggml_context * ctx, int64_t kpool) {
@@ -132,12 +119,8 @@ void InputCells::add_pools(ggml_context * ctx, int64_t kpool) {
     kpool_ = kpool;
     int64_t n_slots = 0;
     for (const CellPart & p : parts_) n_slots += max_pools_touched(p.n_rows, kpool);
-    pool_rows = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, kpool * n_slots);
-    pool_dst = ggml_new_tensor_1d(ctx, GGML_TYPE_I64, n_slots);
-    ggml_set_name(pool_rows, "inp_cell_pool_rows");
-    ggml_set_name(pool_dst, "inp_cell_pool_dst");
-    ggml_set_input(pool_rows);
-    ggml_set_input(pool_dst);
+    pool_rows = new_input(ctx, GGML_TYPE_I32, kpool * n_slots, 1, "inp_cell_pool_rows");
+    pool_dst = new_input(ctx, GGML_TYPE_I64, n_slots, 1, "inp_cell_pool_dst");
 }
 
 void InputCells::set_input(const std::vector<int64_t> & n_past) const {

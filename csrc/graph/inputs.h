@@ -83,8 +83,9 @@ struct InputCells {
     ggml_tensor * pool_rows = nullptr;
     ggml_tensor * pool_dst = nullptr;
     explicit InputCells(std::vector<CellPart> parts) : parts_(std::move(parts)) {}
-    void add_cells(ggml_context * ctx);
-    void add_rows(ggml_context * ctx);
+    // (each returns its tensor)
+    ggml_tensor * add_cells(ggml_context * ctx);
+    ggml_tensor * add_rows(ggml_context * ctx);
     void add_pools(ggml_context * ctx, int64_t kpool);
     // the parts' rows at positions n_past[p]..
     void set_input(const std::vector<int64_t> & n_past) const;

@@ -6,6 +6,7 @@
 // are views of the engine's runtime/cache_cells.h.
 #pragma once
 
+#include <array>
 #include <cstdint>
 
 #include "ggml.h"
@@ -23,6 +24,9 @@ struct LayerCache {
     // In a cell of the engine's (runtime/cache_cells.h): the layer's caches of every cell, of which the tensors above
     // are views (cell CacheView::cell); null for caches of the sequence's own.
     const LayerCache * cells = nullptr;
+
+    // Its tensors in CacheRows order (runtime/seq_cache.h), null where the layer has none.
+    std::array<ggml_tensor *, 6> tensors() const { return {conv, state, latent, idx_k, idx_g, pooled}; }
 };
 
 // The caches one graph works on: layers [first_layer, first_layer + n_layers) of n_ctx rows, n_past rows already

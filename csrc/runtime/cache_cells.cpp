@@ -89,7 +89,7 @@ std::map<ggml_backend_dev_t, size_t> CacheCells::free_bytes_by_device() const {
     std::map<ggml_backend_dev_t, size_t> out;
     const size_t n_free = std::count(taken_.begin(), taken_.end(), false);
     for (const LayerCache & c : layers_) {
-        for (const ggml_tensor * t : {c.conv, c.state, c.latent, c.idx_k, c.idx_g, c.pooled}) {
+        for (const ggml_tensor * t : c.tensors()) {
             if (t != nullptr) out[device_of(t->buffer)] += n_free * cell_bytes(t, ggml_nbytes(t) / n_cells());
         }
     }

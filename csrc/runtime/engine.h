@@ -16,8 +16,8 @@
 #include "ggml-backend.h"
 #include "model/draft_weights.h"
 #include "model/model.h"
-#include "runtime/graph_slot.h"
 #include "runtime/cache_cells.h"
+#include "runtime/graph_slot.h"
 #include "runtime/op_profile.h"
 #include "runtime/outputs.h"
 #include "runtime/sequence.h"
@@ -33,9 +33,10 @@ struct EngineParams {
     // longer ones grow them on first use. (A verify pass keeps every row's KDA state: 16 rows took 76 MiB on the
     // bench preset, more than a 512-row prompt ubatch's 58 MiB.)
     uint32_t n_verify_rows = 4;
-    // Sequences whose caches (the trunk's and the NextN layer's) are cells of the engine's (runtime/cache_cells.h; llama.cpp's n_seq_max, the
-    // server's -np): the rows of those sequences in one step write their caches and run KDA's conv and gated delta
-    // rule per layer at once. More sequences may be made; they keep caches of their own and run per sequence.
+    // Sequences whose caches (the trunk's and the NextN layer's) are cells of the engine's (runtime/cache_cells.h;
+    // llama.cpp's n_seq_max, the server's -np): the rows of those sequences in one step write their caches and run
+    // KDA's conv and gated delta rule per layer at once. More sequences may be made; they keep caches of their own
+    // and run per sequence.
     uint32_t n_seq_max = 1;
 };
 

@@ -84,9 +84,11 @@ SeqCache::SeqCache(const Model & model, uint32_t first_layer, uint32_t n_layers,
             }
         }
         recurrent_ = recurrent_ || c.conv != nullptr;
-        for (auto [t, name] : {std::pair{c.conv, "cache_conv-%u"}, {c.state, "cache_state-%u"}, {c.latent, "cache_latent-%u"},
-                               {c.idx_k, "cache_idx_k-%u"}, {c.idx_g, "cache_idx_g-%u"}, {c.pooled, "cache_kpool-%u"}}) {
-            if (t != nullptr) ggml_format_name(t, name, il);
+        static const char * const names[] = {"cache_conv-%u",  "cache_state-%u", "cache_latent-%u",
+                                             "cache_idx_k-%u", "cache_idx_g-%u", "cache_kpool-%u"};  // c.tensors()
+        const auto tensors = c.tensors();
+        for (size_t i = 0; i < tensors.size(); ++i) {
+            if (tensors[i] != nullptr) ggml_format_name(tensors[i], names[i], il);
         }
     }
     for (const auto & [dev, ctx] : ctx_of) {
@@ -119,7 +121,7 @@ std::map<ggml_backend_dev_t, size_t> SeqCache::bytes_by_device() const {
     }
     for (const LayerCache & c : layers_) {
         if (c.cells == nullptr) continue;
-        for (const ggml_tensor * t : {c.conv, c.state, c.latent, c.idx_k, c.idx_g, c.pooled}) {
+        for (const ggml_tensor * t : c.tensors()) {
             if (t != nullptr) out[device_of(t->buffer)] += cell_bytes(t);
         }
     }
@@ -133,7 +135,7 @@ void SeqCache::clear() {
     for (ggml_backend_buffer_t b : buffers_) ggml_backend_buffer_clear(b, 0);
     if (cells_ != nullptr) {  // the cell's rows, where they live
         for (const LayerCache & c : layers_) {
-            for (ggml_tensor * t : {c.conv, c.state, c.latent, c.idx_k, c.idx_g, c.pooled}) {
+            for (ggml_tensor * t : c.tensors()) {
                 if (t != nullptr) ggml_backend_tensor_memset(t, 0, 0, ggml_nbytes(t));
             }
         }

@@ -49,20 +49,7 @@ def rounds(models, n_max: int, n_rounds: int, profile_from: int, prompts=PROMPTS
 
 def rounds_alone(gguf, i: int, n_max: int, n_rounds: int, prompts=PROMPTS, **kwargs):
     """The tokens `rounds` emits for prompts[i], its sequence alone on an engine."""
-    from glm5next_runtime import _core
-    (m,) = engine_of(gguf, 1, 1, **kwargs)
-    g = m.generator(n_max=n_max, temperature=0, seed=0)
-    batch = _core.Batch(m.engine)
-    _core.Batch.start(g, prompts[i], False)
-    out = []
-    for _ in range(n_rounds):
-        batch.set([g], [1000], None)
-        batch.begin()
-        while batch.drafting:
-            batch.draft_step()
-        batch.verify()
-        out += batch.emitted(0)
-    return out
+    return rounds(engine_of(gguf, 1, 1, **kwargs), n_max, n_rounds, n_rounds, prompts=[prompts[i]])[0][0]
 
 
 def kda_layers(gguf) -> int:
