@@ -7,8 +7,10 @@
 
 #include "graph/indexer_ops.h"
 #include "graph/mhc_ops.h"
+#include "graph/q8_0_rows_ops.h"
 #include "graph/sparse_attention_ops.h"
 #include "graph/select_std.h"
+#include "model/model.h"
 
 namespace glm5next {
 
@@ -30,8 +32,14 @@ ggml_tensor * BlockBuilder::rms(ggml_tensor * x, ggml_tensor * w) const { return
 ggml_tensor * BlockBuilder::mm(ggml_tensor * w, ggml_tensor * x) const {
     if (x->ne[1] == 1 || (!few && x->ne[1] > kInvariantMaxRows)) return ggml_mul_mat(ctx, w, x);
     const int64_t K = x->ne[0], N = x->ne[1], B = w->ne[2];
-    if (B == 1 && w->ne[3] == 1) {  // one matrix: every column of x is a row routed to "expert" 0
-        ggml_tensor * xc = ggml_reshape_3d(ctx, ggml_is_contiguous(x) ? x : ggml_cont(ctx, x), K, 1, ggml_nelements(x) / K);
+    if (B == 1 && w->ne[3] == 1) {  // one matrix
+        ggml_tensor * xc = ggml_is_contiguous(x) ? x : ggml_cont(ctx, x);
+        if (rows_kernel(w)) {
+            ggml_tensor * r = q8_0_mul_mat_rows(ctx, w, ggml_reshape_3d(ctx, xc, K, ggml_nelements(x) / K, 1), nullptr);
+            return ggml_reshape_4d(ctx, r, w->ne[1], N, x->ne[2], x->ne[3]);
+        }
+        // every column of x a row routed to "expert" 0
+        xc = ggml_reshape_3d(ctx, xc, K, 1, ggml_nelements(x) / K);
         ggml_tensor * r = ggml_mul_mat_id(ctx, ggml_reshape_3d(ctx, w, K, w->ne[1], 1), xc, expert_ids(1, xc->ne[2]));
         return ggml_reshape_4d(ctx, r, w->ne[1], N, x->ne[2], x->ne[3]);
     }
@@ -39,6 +47,14 @@ ggml_tensor * BlockBuilder::mm(ggml_tensor * w, ggml_tensor * x) const {
     ggml_tensor * xb = ggml_cont(ctx, ggml_permute(ctx, x, 0, 2, 1, 3));  // [K, B, N]
     ggml_tensor * r = ggml_mul_mat_id(ctx, w, xb, expert_ids(B, N));       // [M, B, N]
     return ggml_cont(ctx, ggml_permute(ctx, r, 0, 2, 1, 3));               // [M, N, B]
+}
+
+ggml_tensor * BlockBuilder::mm_id(ggml_tensor * w, ggml_tensor * x, ggml_tensor * ids) const {
+    return rows_kernel(w) ? q8_0_mul_mat_rows(ctx, w, x, ids) : ggml_mul_mat_id(ctx, w, x, ids);
+}
+
+bool BlockBuilder::rows_kernel(const ggml_tensor * w) const {
+    return cpu_kernels && w->type == GGML_TYPE_Q8_0 && on_cpu(w) && q8_0_rows_kernel_available();
 }
 
 ggml_tensor * BlockBuilder::expert_ids(int64_t n_experts, int64_t n_cols) const {
@@ -121,14 +137,14 @@ ggml_tensor * BlockBuilder::moe(ggml_tensor * x, const LayerWeights & w, int il)
     ggml_tensor *ids, *wts;  // i32 [k, T] chosen experts, f32 [1, k, T] their weights
     route(mm(w.gate_inp, x), w.exp_probs_b, &ids, &wts);
     ggml_tensor * xe = ggml_reshape_3d(ctx, x, hp.n_embd, 1, T);
-    ggml_tensor * gate = ggml_mul_mat_id(ctx, w.gate_exps, xe, ids);  // [n_ff_exp, k, T]
-    ggml_tensor * up = ggml_mul_mat_id(ctx, w.up_exps, xe, ids);
+    ggml_tensor * gate = mm_id(w.gate_exps, xe, ids);  // [n_ff_exp, k, T]
+    ggml_tensor * up = mm_id(w.up_exps, xe, ids);
     const float limit = hp.swiglu_clamp_exp[il];
     if (limit > 0.0f) {
         gate = ggml_clamp(ctx, gate, -INFINITY, limit);
         up = ggml_clamp(ctx, up, -limit, limit);
     }
-    ggml_tensor * down = ggml_mul_mat_id(ctx, w.down_exps, glu(gate, up), ids);
+    ggml_tensor * down = mm_id(w.down_exps, glu(gate, up), ids);
     down = ggml_mul(ctx, down, wts);  // [n_embd, k, T]
     ggml_tensor * out = nullptr;
     for (int64_t i = 0; i < k; ++i) {

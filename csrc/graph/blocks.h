@@ -117,11 +117,16 @@ public:
     // preset's widths (q8_0) a decode token's logits and the same row's in a verify pass differed by up to 1.6, and
     // greedy draft-MTP output differed from plain decoding. So the rows of a few-row group (verify passes, draft
     // steps, the decode rows of several sequences, short prompts) and up to kInvariantMaxRows rows of a long part are
-    // multiplied as ggml_mul_mat_id with every row routed to the one matrix (or to its batch's matrix), whose CPU
-    // kernel is the same vec_dot per row whatever the row count (ggml_compute_forward_mul_mat_id_one_chunk): a
-    // decode row equals its verify row, and its row in a batch of sequences, bit for bit. Measured on the bench
-    // preset (q8_0, -t 1, interleaved medians): verify passes of 2..6 rows took 0.76-0.91x the time of tinyBLAS's,
-    // and decode is untouched. Long prompt chunks keep tinyBLAS, several times faster there. A device's layers
+    // multiplied each as vec_dot multiplies a row alone: a q8_0 matrix on the CPU by this project's kernel
+    // (graph/q8_0_rows_ops.h, the same bits, each weight block loaded once for up to 8 rows; the routed experts
+    // too, mm_id), other types as ggml_mul_mat_id with every row routed to the one matrix (or to its batch's
+    // matrix), whose CPU kernel is the same vec_dot per row whatever the row count
+    // (ggml_compute_forward_mul_mat_id_one_chunk). A decode row equals its verify row, and its row in a batch of
+    // sequences, bit for bit. Measured on the bench preset (q8_0, -t 1, interleaved medians): mul_mat_id's verify
+    // passes of 2..6 rows took 0.76-0.91x the time of tinyBLAS's; with the q8_0 kernel (-t 2, glm5next-bench -npl
+    // against llama.cpp in one run) 4 sequences' decode went from 1.11x to 1.70x llama.cpp's tokens/s, and the
+    // routed experts' kernel alone made one sequence's prefill 1.38x and decode 1.07x faster (interleaved medians of
+    // 6). Long prompt chunks keep tinyBLAS for the dense matrices, several times faster there. A device's layers
     // take the same route: exact on an RPC device (a CPU; tests/csrc/test_devices.py, where a multi-row product
     // parted greedy draft-MTP from plain decoding on a q8_0 file); a GPU's mul_mat_id kernels are not measured
     // here (scripts/gpu_check.sh reports greedy draft-MTP against plain decoding).
@@ -149,6 +154,11 @@ public:
                       std::vector<Selection> & sels, bool attend_rows = true) const;
 
 private:
+    // ggml_mul_mat_id(w, x, ids) (the routed experts' products), through q8_0_mul_mat_rows where rows_kernel(w).
+    ggml_tensor * mm_id(ggml_tensor * w, ggml_tensor * x, ggml_tensor * ids) const;
+    // Whether products with w take this project's q8_0 kernel for a few rows (graph/q8_0_rows_ops.h): a q8_0
+    // matrix on the CPU in a layer built with CPU kernels, on a CPU the kernel runs on.
+    bool rows_kernel(const ggml_tensor * w) const;
     // i32 [n_experts, n_cols] whose every column is 0, 1, ..., n_experts - 1 (mm's routing of rows to matrices),
     // made once per graph and shape (expert_ids_).
     ggml_tensor * expert_ids(int64_t n_experts, int64_t n_cols) const;

@@ -39,7 +39,8 @@ std::string graph_kind(const GraphShape & shape);
 // The op of a node as the profile counts it: ggml's op name ("ADD", "GATED_DELTA_NET"; a custom op as "CUSTOM"),
 // with the weight's type for a product ("MUL_MAT q8_0", "MUL_MAT_ID q8_0": the routed experts, or the products of a
 // matrix per head), and " row by row" for one matrix multiplied through MUL_MAT_ID (a few-row group's rows each
-// alone: BlockBuilder::mm, batch invariance).
+// alone: BlockBuilder::mm, batch invariance), "CUSTOM q8_0 rows" for this project's few-row q8_0 kernel
+// (graph/q8_0_rows_ops.h).
 std::string op_key(const ggml_tensor * node);
 
 // Times each node of one graph computation through `sched` into `into` (one run more). Installs the scheduler's

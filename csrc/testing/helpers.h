@@ -19,4 +19,11 @@ void matmul_f32(const float *a, const float *b, float *out, int64_t m, int64_t k
 void hc_post_f32(const float *x, const float *residual, const float *post, const float *comb, float *out,
                  int64_t n_embd, int64_t hc, int64_t n_tokens, bool ggml_kernel);
 
+// out = w[e] . x[.., t] in q8_0 (graph/q8_0_rows_ops.h) on row-major arrays: w [n_mat][M][K] (quantized to q8_0
+// here), x [T][n_x][K], ids [T][n_used] (or null: one matrix, n_used = n_x), out [T][n_used][M]. ggml_kernel: ggml's
+// product instead of ours (ggml_mul_mat_id with ids, else ggml_mul_mat). Throws like matmul_f32, and
+// std::invalid_argument from q8_0_mul_mat_rows.
+void q8_0_product_f32(const float *w, const float *x, const int32_t *ids, float *out, int64_t n_mat, int64_t M,
+                      int64_t K, int64_t n_x, int64_t T, int64_t n_used, bool ggml_kernel);
+
 }  // namespace glm5next

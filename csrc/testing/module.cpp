@@ -2,10 +2,13 @@
 // -DGLM5NEXT_TEST_HELPERS=ON, which scripts/setup.sh sets for the development environment).
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
+#include <optional>
 #include <stdexcept>
 #include <string>
 
+#include "graph/q8_0_rows_ops.h"
 #include "testing/helpers.h"
 
 namespace py = pybind11;
@@ -58,6 +61,29 @@ static py::array_t<float> hc_post(const f32_array &x, const f32_array &residual,
     return out;
 }
 
+static py::array_t<float> q8_0_product(const f32_array &w, const f32_array &x,
+                                       const std::optional<py::array_t<int32_t, py::array::c_style>> &ids,
+                                       bool ggml_kernel) {
+    if (w.ndim() != 3 || x.ndim() != 3 || (ids && ids->ndim() != 2)) {
+        throw std::invalid_argument("q8_0_product: w must be 3-D (n_mat, M, K), x 3-D (T, n, K), ids 2-D (T, n_used)");
+    }
+    const auto n_mat = w.shape(0), M = w.shape(1), K = w.shape(2), T = x.shape(0), n_x = x.shape(1);
+    if (x.shape(2) != K || (ids && ids->shape(0) != T) || (!ids && n_mat != 1)) {
+        throw std::invalid_argument("q8_0_product: x (T, n, K) must share w's K, ids (T, n_used) x's T; without ids "
+                                    "w holds one matrix");
+    }
+    const auto n_used = ids ? ids->shape(1) : n_x;
+    py::array_t<float> out({T, n_used, M});
+    const float *pw = w.data(), *px = x.data();
+    const int32_t *pids = ids ? ids->data() : nullptr;
+    float *pout = out.mutable_data();
+    {
+        py::gil_scoped_release release;
+        glm5next::q8_0_product_f32(pw, px, pids, pout, n_mat, M, K, n_x, T, n_used, ggml_kernel);
+    }
+    return out;
+}
+
 PYBIND11_MODULE(_testing, mod) {
     mod.doc() = "Test helpers of glm5next_runtime: single ggml kernels on numpy arrays.";
 
@@ -93,4 +119,25 @@ Returns:
 Raises:
     ValueError: shapes that do not fit; TypeError: inputs not convertible to float32 without loss.
 )doc");
+
+    mod.def("q8_0_product", &q8_0_product, py::arg("w"), py::arg("x"), py::arg("ids") = py::none(),
+            py::arg("ggml_kernel") = false,
+            R"doc(The product of q8_0 matrices with float32 rows by this project's few-row kernel
+(csrc/graph/q8_0_rows_ops.h) or by ggml's, for tests: out[t, j] = w[ids[t, j]] @ x[t, j % n], or w[0] @ x[t, j]
+without ids. w is quantized to q8_0 first (ggml_quantize_chunk).
+
+Args:
+    w: float32 (n_mat, M, K), K a multiple of 32; x: float32 (T, n, K); ids: int32 (T, n_used), each in [0, n_mat).
+    ggml_kernel: ggml's product instead (ggml_mul_mat_id with ids, else ggml_mul_mat).
+
+Returns:
+    float32 array (T, n_used or n, M).
+
+Raises:
+    ValueError: shapes that do not fit; TypeError: inputs not convertible without loss.
+    RuntimeError: ggml failed to allocate or compute the graph.
+)doc");
+
+    mod.def("q8_0_rows_kernel_available", &glm5next::q8_0_rows_kernel_available,
+            "Whether this CPU runs the few-row q8_0 kernel (AVX-512 VNNI, checked against ggml's vec_dot bit for bit).");
 }

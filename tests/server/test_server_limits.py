@@ -105,7 +105,9 @@ def test_a_chunked_body_is_cut_at_the_limit(small):
 
 
 def test_the_largest_body_accepted_is_the_limit(small):
-    request = json.dumps({"prompt": "Hello", "max_tokens": 1}).encode()
+    # ignore_eos: a sampled first token is an end of generation ~2% of the time on this model (measured 7 in 300
+    # seeds), which would serve the request with 0 tokens and fail the count below by chance
+    request = json.dumps({"prompt": "Hello", "max_tokens": 1, "ignore_eos": True}).encode()
     exactly = request + b" " * (MIB - len(request))
     status, out = post_json(small, "/v1/completions", exactly)
     assert status == 200 and out["usage"]["completion_tokens"] == 1

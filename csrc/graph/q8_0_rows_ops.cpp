@@ -1,0 +1,274 @@
+#include "graph/q8_0_rows_ops.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "ggml-cpu.h"
+
+#define GLM5NEXT_AVX512 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
+
+namespace glm5next {
+
+namespace {
+
+constexpr const char * kOpName = "q8_0_rows";
+constexpr int64_t kBlock = 32;  // values per q8_0 block (ggml-common.h QK8_0)
+struct BlockQ8 {                // ggml-common.h block_q8_0
+    ggml_fp16_t d;
+    int8_t qs[kBlock];
+};
+static_assert(sizeof(BlockQ8) == 34, "block_q8_0 is 34 bytes");
+
+// A chunk is up to 8 rows of x (the product's columns), in pairs: per block, each pair's 32 + 32 quantized values
+// side by side (one 512-bit register) and each value's scale 8 times per row (the lanes it multiplies).
+constexpr int kPairs = 4;
+constexpr int kChunkRows = 2 * kPairs;
+
+// What one product reads and writes, taken from the op's tensors (or from the self-check's buffers).
+struct Operands {
+    const char * w;       // q8_0 rows, w_nb1 bytes apart, matrices w_nb2 apart
+    size_t w_nb1, w_nb2;
+    int64_t K, M, n_mat;
+    const char * x;       // f32 rows of K values, x_nb1 apart, tokens x_nb2 apart
+    size_t x_nb1, x_nb2;
+    int64_t x_ne1;
+    const char * ids;     // i32 [n_used, T] (ids_nb1 apart) or null: every column to matrix 0
+    size_t ids_nb0, ids_nb1;
+    char * out;           // f32 [M, n_used, T]
+    size_t out_nb1, out_nb2;
+    int64_t n_used, T;
+};
+
+// Per thread: the quantized rows of x, the columns of the matrix at hand and its packed chunks.
+struct Scratch {
+    std::vector<BlockQ8> xq;
+    std::vector<std::vector<std::pair<int64_t, int64_t>>> cols;  // per matrix: (j, t)
+    std::vector<int8_t> yq;
+    std::vector<float> yd;
+};
+
+// ggml-cpu/arch/x86/quants.c hsum_float_8, the same adds in the same order.
+GLM5NEXT_AVX512 inline float hsum_float_8(__m256 x) {
+    __m128 res = _mm256_extractf128_ps(x, 1);
+    res = _mm_add_ps(res, _mm256_castps256_ps128(x));
+    res = _mm_add_ps(res, _mm_movehl_ps(res, res));
+    res = _mm_add_ss(res, _mm_movehdup_ps(res));
+    return _mm_cvtss_f32(res);
+}
+
+// The dots of one weight row with the rows of a chunk (NP pairs, the last one a single row when ODD), each as
+// ggml_vec_dot_q8_0_q8_0 computes it: per block, lane i holds the sum of products 4i..4i+3 (exact in int32, whether
+// by dpbusd or maddubs), times d_w * d_x and added by one fused multiply-add per lane; the lanes summed by
+// hsum_float_8 at the end. x < 0 negates y and |x| multiplies (vec_dot's sign trick; where x is 0 the product is 0
+// either way). A single row takes 256-bit registers: half the work of a pair (one routed row per expert, decode).
+template <int NP, bool ODD>
+GLM5NEXT_AVX512 void dot_chunk(const BlockQ8 * w, int64_t nb, const int8_t * yq, const float * yd, float * out) {
+    constexpr int kFull = ODD ? NP - 1 : NP;
+    __m512 acc[NP];
+    __m256 acc1 = _mm256_setzero_ps();
+    for (int p = 0; p < NP; ++p) acc[p] = _mm512_setzero_ps();
+    const __m512i zero = _mm512_setzero_si512();
+    for (int64_t ib = 0; ib < nb; ++ib) {
+        const __m256i qx = _mm256_loadu_si256((const __m256i *) w[ib].qs);
+        const __mmask32 neg32 = _mm256_movepi8_mask(qx);
+        const uint64_t neg_bits = _cvtmask32_u32(neg32);
+        const __mmask64 neg = _cvtu64_mask64(neg_bits | (neg_bits << 32));
+        const __m256i ax1 = _mm256_abs_epi8(qx);
+        const __m512i ax = _mm512_broadcast_i64x4(ax1);
+        const float dw1 = _cvtsh_ss(w[ib].d);
+        const __m512 dw = _mm512_set1_ps(dw1);
+        const int8_t * yb = yq + ib * kPairs * 64;
+        const float * db = yd + ib * kPairs * 16;
+        for (int p = 0; p < kFull; ++p) {
+            const __m512i y = _mm512_loadu_si512(yb + p * 64);
+            const __m512i sy = _mm512_mask_sub_epi8(y, neg, zero, y);
+            const __m512 q = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(zero, ax, sy));
+            acc[p] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_loadu_ps(db + p * 16)), q, acc[p]);
+        }
+        if (ODD) {
+            const __m256i y = _mm256_loadu_si256((const __m256i *) (yb + kFull * 64));
+            const __m256i sy = _mm256_mask_sub_epi8(y, neg32, _mm256_setzero_si256(), y);
+            const __m256 q = _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(_mm256_setzero_si256(), ax1, sy));
+            acc1 = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(dw1), _mm256_loadu_ps(db + kFull * 16)), q, acc1);
+        }
+    }
+    for (int p = 0; p < kFull; ++p) {
+        out[2 * p] = hsum_float_8(_mm512_castps512_ps256(acc[p]));
+        out[2 * p + 1] = hsum_float_8(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[p]), 1)));
+    }
+    if (ODD) out[2 * kFull] = hsum_float_8(acc1);
+}
+
+// The dots of a weight row with a chunk of n (1..8) rows.
+GLM5NEXT_AVX512 void dot_chunk_n(int64_t n, const BlockQ8 * w, int64_t nb, const int8_t * yq, const float * yd,
+                                 float * out) {
+    switch (n) {
+        case 1: dot_chunk<1, true>(w, nb, yq, yd, out); break;
+        case 2: dot_chunk<1, false>(w, nb, yq, yd, out); break;
+        case 3: dot_chunk<2, true>(w, nb, yq, yd, out); break;
+        case 4: dot_chunk<2, false>(w, nb, yq, yd, out); break;
+        case 5: dot_chunk<3, true>(w, nb, yq, yd, out); break;
+        case 6: dot_chunk<3, false>(w, nb, yq, yd, out); break;
+        case 7: dot_chunk<4, true>(w, nb, yq, yd, out); break;
+        default: dot_chunk<4, false>(w, nb, yq, yd, out); break;
+    }
+}
+
+// Packs the columns `cols` (quantized rows of x, xq row j % x_ne1 + t * x_ne1) into chunks; a last pair's missing
+// row is zeros (dot_chunk reads only the first half of a single row's pair).
+void pack(const Operands & o, const std::vector<std::pair<int64_t, int64_t>> & cols, Scratch & s) {
+    const int64_t nb = o.K / kBlock, n_chunks = (int64_t) (cols.size() + kChunkRows - 1) / kChunkRows;
+    s.yq.assign(n_chunks * nb * kPairs * 64, 0);
+    s.yd.assign(n_chunks * nb * kPairs * 16, 0.0f);
+    for (size_t c = 0; c < cols.size(); ++c) {
+        const auto [j, t] = cols[c];
+        const BlockQ8 * row = s.xq.data() + ((j % o.x_ne1) + t * o.x_ne1) * nb;
+        const int64_t chunk = c / kChunkRows, p = (c % kChunkRows) / 2, half = c % 2;
+        for (int64_t ib = 0; ib < nb; ++ib) {
+            const int64_t at = (chunk * nb + ib) * kPairs + p;
+            std::memcpy(&s.yq[at * 64 + half * kBlock], row[ib].qs, kBlock);
+            std::fill_n(&s.yd[at * 16 + half * 8], 8, ggml_fp16_to_fp32(row[ib].d));
+        }
+    }
+}
+
+// This thread's share of the product: rows [M*ith/nth, M*(ith+1)/nth) of every matrix a column is routed to. Each
+// thread quantizes and packs the (few) rows of x itself: no barrier inside an op.
+GLM5NEXT_AVX512 void multiply(const Operands & o, int ith, int nth) {
+    const int64_t r0 = o.M * ith / nth, r1 = o.M * (ith + 1) / nth, nb = o.K / kBlock;
+    if (r0 >= r1) return;
+    thread_local Scratch s;
+    const ggml_from_float_t quantize = ggml_get_type_traits_cpu(GGML_TYPE_Q8_0)->from_float;
+    s.xq.resize(o.x_ne1 * o.T * nb);
+    for (int64_t t = 0; t < o.T; ++t) {
+        for (int64_t i = 0; i < o.x_ne1; ++i) {
+            quantize((const float *) (o.x + i * o.x_nb1 + t * o.x_nb2), s.xq.data() + (i + t * o.x_ne1) * nb, o.K);
+        }
+    }
+    s.cols.resize(std::max<size_t>(s.cols.size(), o.n_mat));
+    for (int64_t e = 0; e < o.n_mat; ++e) s.cols[e].clear();
+    for (int64_t t = 0; t < o.T; ++t) {
+        for (int64_t j = 0; j < o.n_used; ++j) {
+            const int64_t e = o.ids ? *(const int32_t *) (o.ids + j * o.ids_nb0 + t * o.ids_nb1) : 0;
+            GGML_ASSERT(e >= 0 && e < o.n_mat);  // the router's ids (ggml_mul_mat_id asserts the same)
+            s.cols[e].push_back({j, t});
+        }
+    }
+    float dots[kChunkRows];
+    for (int64_t e = 0; e < o.n_mat; ++e) {
+        const auto & cols = s.cols[e];
+        if (cols.empty()) continue;
+        pack(o, cols, s);
+        for (int64_t r = r0; r < r1; ++r) {
+            const BlockQ8 * wr = (const BlockQ8 *) (o.w + r * o.w_nb1 + e * o.w_nb2);
+            for (size_t c0 = 0; c0 < cols.size(); c0 += kChunkRows) {
+                const int64_t n = std::min<int64_t>(kChunkRows, cols.size() - c0);
+                const int64_t chunk = c0 / kChunkRows;
+                dot_chunk_n(n, wr, nb, &s.yq[chunk * nb * kPairs * 64], &s.yd[chunk * nb * kPairs * 16],
+                            dots);
+                for (int64_t c = 0; c < n; ++c) {
+                    const auto [j, t] = cols[c0 + c];
+                    *(float *) (o.out + r * sizeof(float) + j * o.out_nb1 + t * o.out_nb2) = dots[c];
+                }
+            }
+        }
+    }
+}
+
+void q8_0_rows_op(ggml_tensor * dst, int ith, int nth, void *) {
+    const ggml_tensor *w = dst->src[0], *x = dst->src[1], *ids = dst->src[2];
+    const Operands o = {(const char *) w->data, w->nb[1], w->nb[2], w->ne[0], w->ne[1], w->ne[2],
+                        (const char *) x->data, x->nb[1], x->nb[2], x->ne[1],
+                        ids ? (const char *) ids->data : nullptr, ids ? ids->nb[0] : 0, ids ? ids->nb[1] : 0,
+                        (char *) dst->data, dst->nb[1], dst->nb[2], dst->ne[1], dst->ne[2]};
+    multiply(o, ith, nth);
+}
+
+// The kernel against ggml's vec_dot on random rows (an odd number of blocks, rows of several scales, 11 columns:
+// a full chunk and a last odd pair), bit for bit.
+bool matches_vec_dot() {
+    ggml_cpu_init();
+    const ggml_type_traits_cpu * traits = ggml_get_type_traits_cpu(GGML_TYPE_Q8_0);
+    if (traits == nullptr || traits->from_float == nullptr || traits->vec_dot == nullptr ||
+        traits->vec_dot_type != GGML_TYPE_Q8_0) {
+        return false;
+    }
+    const int64_t K = 37 * kBlock, M = 5, N = 11, nb = K / kBlock;
+    std::mt19937 rng(7);
+    std::normal_distribution<float> normal;
+    auto random_rows = [&](int64_t n) {
+        std::vector<float> v(n * K);
+        for (int64_t i = 0; i < n * K; ++i) v[i] = normal(rng) * (1.0f + (float) (i / K) * 3.0f);
+        return v;
+    };
+    std::vector<float> wf = random_rows(M), x = random_rows(N);
+    std::vector<BlockQ8> w(M * nb), xq(N * nb);
+    for (int64_t r = 0; r < M; ++r) traits->from_float(wf.data() + r * K, w.data() + r * nb, K);
+    for (int64_t r = 0; r < N; ++r) traits->from_float(x.data() + r * K, xq.data() + r * nb, K);
+    std::vector<float> out(M * N);
+    const Operands o = {(const char *) w.data(), nb * sizeof(BlockQ8), M * nb * sizeof(BlockQ8), K, M, 1,
+                        (const char *) x.data(), K * sizeof(float), N * K * sizeof(float), N,
+                        nullptr, 0, 0, (char *) out.data(), M * sizeof(float), N * M * sizeof(float), N, 1};
+    multiply(o, 0, 1);
+    for (int64_t j = 0; j < N; ++j) {
+        for (int64_t r = 0; r < M; ++r) {
+            float ref = 0.0f;
+            traits->vec_dot((int) K, &ref, 0, w.data() + r * nb, 0, xq.data() + j * nb, 0, 1);
+            if (std::memcmp(&ref, &out[j * M + r], sizeof(float)) != 0) return false;
+        }
+    }
+    return true;
+}
+
+}  // namespace
+
+bool q8_0_rows_kernel_available() {
+    static const bool available = [] {
+        __builtin_cpu_init();
+        const bool cpu = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                         __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+        return cpu && matches_vec_dot();
+    }();
+    return available;
+}
+
+ggml_tensor * q8_0_mul_mat_rows(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x, ggml_tensor * ids) {
+    if (w->type != GGML_TYPE_Q8_0 || !ggml_is_contiguous(w) || w->ne[0] % kBlock != 0 || w->ne[3] != 1) {
+        throw std::invalid_argument(std::string("q8_0_mul_mat_rows: w ") + w->name +
+                                    " must be contiguous q8_0 [K, M] or [K, M, n_expert] with K a multiple of 32");
+    }
+    if (x->type != GGML_TYPE_F32 || x->ne[0] != w->ne[0] || x->nb[0] != sizeof(float) || x->ne[3] != 1) {
+        throw std::invalid_argument("q8_0_mul_mat_rows: x must be f32 [" + std::to_string(w->ne[0]) +
+                                    ", n, T] with contiguous rows, got ne0 " + std::to_string(x->ne[0]));
+    }
+    if (ids == nullptr && w->ne[2] != 1) {
+        throw std::invalid_argument("q8_0_mul_mat_rows: several matrices need ids to route the rows");
+    }
+    if (ids != nullptr && (ids->type != GGML_TYPE_I32 || ids->ne[1] != x->ne[2] || ids->ne[2] != 1)) {
+        throw std::invalid_argument("q8_0_mul_mat_rows: ids must be i32 [n_used, " + std::to_string(x->ne[2]) + "]");
+    }
+    if (!q8_0_rows_kernel_available()) {
+        throw std::invalid_argument("q8_0_mul_mat_rows: this CPU lacks AVX-512 F/BW/VL/VNNI, or the kernel differs "
+                                    "from ggml's vec_dot here (q8_0_rows_kernel_available)");
+    }
+    const int64_t n_used = ids ? ids->ne[0] : x->ne[1];
+    ggml_tensor * args[] = {w, x, ids};
+    ggml_tensor * out = ggml_custom_4d(ctx, GGML_TYPE_F32, w->ne[1], n_used, x->ne[2], 1, args, ids ? 3 : 2,
+                                       q8_0_rows_op, GGML_N_TASKS_MAX, nullptr);
+    ggml_set_name(out, kOpName);
+    return out;
+}
+
+bool is_q8_0_rows(const ggml_tensor * node) {
+    return node->op == GGML_OP_CUSTOM && std::strcmp(node->name, kOpName) == 0;
+}
+
+}  // namespace glm5next

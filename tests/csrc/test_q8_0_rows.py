@@ -1,0 +1,68 @@
+"""The few-row q8_0 kernel (csrc/graph/q8_0_rows_ops.h, issue 24): each element of its product equals, bit for bit,
+what ggml's CPU backend gives the row multiplied alone (ggml_mul_mat of one row: vec_dot), so a decode row, the
+same row in a verify pass and in a step of several sequences agree exactly (tests/csrc/test_batch_invariance.py
+checks that through the model). It is ggml's reference here, not numpy: numpy only checks that it is a product."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from glm5next_runtime import _testing
+
+_FLAGS = next((line.split(":", 1)[1].split() for line in open("/proc/cpuinfo") if line.startswith("flags")), [])
+_AVX512_VNNI = all(f in _FLAGS for f in ("avx512f", "avx512bw", "avx512vl", "avx512_vnni"))
+pytestmark = pytest.mark.skipif(not _AVX512_VNNI, reason="the kernel needs AVX-512 F/BW/VL/VNNI")
+
+
+def _rows(rng, *shape, scale_by_row=True):
+    """Random f32 values whose rows differ in scale by up to 4x (q8_0 scales per block)."""
+    v = rng.standard_normal(shape, dtype=np.float32)
+    return v * rng.uniform(0.25, 1.0, shape[:-1] + (1,)).astype(np.float32) if scale_by_row else v
+
+
+def test_the_kernel_runs_here_and_matched_ggmls_vec_dot_at_load():
+    assert _testing.q8_0_rows_kernel_available()
+
+
+@pytest.mark.parametrize("n_rows", [1, 2, 3, 7, 8, 9, 16, 17, 33])
+def test_each_row_of_a_product_equals_the_row_multiplied_alone(n_rows):
+    rng = np.random.default_rng(n_rows)
+    w = _rows(rng, 1, 37, 32 * 45)  # an odd row count: the two threads' shares differ
+    x = _rows(rng, 1, n_rows, 32 * 45)
+    ours = _testing.q8_0_product(w, x)
+    alone = _testing.q8_0_product(w, x.reshape(n_rows, 1, -1), ggml_kernel=True)  # one row per product: vec_dot
+    assert ours.shape == (1, n_rows, 37)
+    assert np.array_equal(ours[0], alone[:, 0])
+    want = x[0].astype(np.float64) @ w[0].T.astype(np.float64)
+    np.testing.assert_allclose(ours[0], want, rtol=0, atol=0.02 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("n_x", [1, 4])
+@pytest.mark.parametrize("T", [1, 4, 13])
+def test_routed_experts_equal_ggml_mul_mat_id(n_x, T):
+    """As the MoE calls it: gate and up over x [K, 1, T], down over x [K, k, T], k experts per token."""
+    rng = np.random.default_rng(10 * T + n_x)
+    n_expert, k, K, M = 6, 4, 32 * 17, 19
+    w = _rows(rng, n_expert, M, K)
+    x = _rows(rng, T, n_x, K)
+    ids = np.stack([rng.permutation(n_expert)[:k] for _ in range(T)]).astype(np.int32)
+    ours = _testing.q8_0_product(w, x, ids)
+    theirs = _testing.q8_0_product(w, x, ids, ggml_kernel=True)
+    assert ours.shape == (T, k, M)
+    assert np.array_equal(ours, theirs)
+
+
+def test_a_row_does_not_change_with_the_rows_beside_it():
+    rng = np.random.default_rng(5)
+    w = _rows(rng, 1, 64, 32 * 8)
+    x = _rows(rng, 1, 12, 32 * 8)
+    full = _testing.q8_0_product(w, x)[0]
+    for lo, hi in ((0, 1), (3, 5), (2, 11), (11, 12)):
+        assert np.array_equal(_testing.q8_0_product(w, np.ascontiguousarray(x[:, lo:hi]))[0], full[lo:hi])
+
+
+def test_bad_shapes_are_refused_by_name():
+    with pytest.raises(ValueError, match="K must be a multiple of 32"):
+        _testing.q8_0_product(np.zeros((1, 4, 40), np.float32), np.zeros((1, 2, 40), np.float32))
+    with pytest.raises(ValueError, match="without ids w holds one matrix"):
+        _testing.q8_0_product(np.zeros((2, 4, 32), np.float32), np.zeros((1, 2, 32), np.float32))
