@@ -147,9 +147,10 @@ class Scheduler:
         self._thread: threading.Thread | None = None
         self.steps = 0  # steps run (rounds of one or more generations)
         self.rows_per_step: list[int] = []  # per step: the generations in it (the latest 256 steps)
-        # the draft length policies of batched rounds, by (n_max, n_min): what drafting costs a batch and how much of
-        # it is accepted, learned over the scheduler's life (a generation's own policy prices its rounds alone)
-        self._batch_policies: dict[tuple[int, int], _core.DraftLengthPolicy] = {}
+        # the draft length policies of batched rounds, by (n_max, n_min, decoding generations that adapt): what
+        # drafting costs a batch of that size and how much of it is accepted, learned over the scheduler's life (a
+        # generation's own policy prices its rounds alone)
+        self._batch_policies: dict[tuple[int, int, int], _core.DraftLengthPolicy] = {}
 
     def start(self) -> Scheduler:
         """Start the scheduler's thread (a daemon: it does not keep the process alive). Returns self."""
@@ -291,16 +292,20 @@ class Scheduler:
                 handle.end(e)
 
     def batch_policy(self, handles: list[ScheduledGeneration]) -> _core.DraftLengthPolicy | None:
-        """The policy that chooses the draft lengths of a batched round (_core.Batch.set): the one of the first
-        generation whose lengths adapt (its n_max and n_min), made on first use and kept."""
-        for handle in handles:
-            own = handle.job.generator.policy
-            if own is not None:
-                key = (own.n_max, own.n_min)
-                if key not in self._batch_policies:
-                    self._batch_policies[key] = _core.DraftLengthPolicy(*key, own.prior)
-                return self._batch_policies[key]
-        return None
+        """The policy that chooses the draft lengths of a batched round (_core.Batch.set): one per n_max and n_min of
+        the first generation whose lengths adapt and per number of decoding generations that adapt (the batch's
+        size), made on first use and kept. Per size, because a round's costs grow with its sequences: one policy for
+        all sizes timed 4-sequence rounds among 2- and 3-sequence ones (a server's batch as its clients come and
+        go) and priced drafting by their mix."""
+        adapting = [h.job.generator.policy for h in handles if h.job.generator.policy is not None]
+        if not adapting:
+            return None
+        own = adapting[0]
+        n_seq = sum(not h.job.generator.prompting for h in handles if h.job.generator.policy is not None)
+        key = (own.n_max, own.n_min, n_seq)
+        if key not in self._batch_policies:
+            self._batch_policies[key] = _core.DraftLengthPolicy(own.n_max, own.n_min, own.prior)
+        return self._batch_policies[key]
 
     def _draft(self, batch: _core.Batch, handles: list[ScheduledGeneration]) -> None:
         """The draft steps, each generation under its grammar's mask after its drafts so far. A grammar that fails

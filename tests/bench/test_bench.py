@@ -214,7 +214,7 @@ def test_op_profile_times_the_graphs_of_a_generation_with_and_without_drafts(cap
     for graphs in profile.values():
         for g in graphs.values():
             assert all(ms > 0 and nodes >= g["runs"] for ms, nodes in g["ops"].values())
-            assert {"MUL_MAT_ID q8_0", "MUL_MAT q8_0", "CUSTOM q8_0 rows"} & set(g["ops"])
+            assert {"MUL_MAT_ID q8_0", "MUL_MAT q8_0", "CUSTOM q8_0 rows", "CUSTOM q8_0 rows, experts"} & set(g["ops"])
     # a few-row group's rows each as alone: our q8_0 kernel where the CPU runs it, else ggml's mul_mat_id
     few_rows = "CUSTOM q8_0 rows" if _testing.q8_0_rows_kernel_available() else "MUL_MAT_ID q8_0 row by row"
     assert few_rows in drafts["verify 3 rows"]["ops"]

@@ -43,6 +43,21 @@ def test_a_batchs_policy_assumes_the_costs_of_its_generations_policy(model):
     assert made.prior.verify == model.draft_calibration.prior.verify and made is not generator.policy
 
 
+def test_a_batch_of_another_size_prices_its_rounds_with_a_policy_of_its_own(model):
+    """A round's costs grow with its sequences: 2- and 3-sequence rounds keep apart timings (Scheduler.batch_policy),
+    while batches of one size share theirs over the scheduler's life."""
+    from types import SimpleNamespace
+    from glm5next_runtime.scheduler import Scheduler
+    scheduler = Scheduler(512)
+
+    def batch(n):
+        return [SimpleNamespace(job=SimpleNamespace(generator=model.generator(temperature=0))) for _ in range(n)]
+
+    two, three = scheduler.batch_policy(batch(2)), scheduler.batch_policy(batch(3))
+    assert two is not three
+    assert scheduler.batch_policy(batch(2)) is two and scheduler.batch_policy(batch(3)) is three
+
+
 def test_a_zero_budget_times_one_round_of_each_kind(model):
     from glm5next_runtime.draft_calibration import calibrate
     c = calibrate(model.engine, 2, 0.0, {"cache_type": "f16"})
