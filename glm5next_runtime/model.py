@@ -197,7 +197,7 @@ class Model:
         self.spec = dict(n_max=draft_n_max if self.spec_type == "draft-mtp" else 0, n_min=draft_n_min,
                          p_min=draft_p_min, index_share=INDEX_SHARE[spec_index_share], adaptive=draft_adaptive,
                          sampled_accept=spec_sampling)
-        self._draft_length_policies: dict[tuple[int, int], _core.DraftLengthPolicy] = {}  # _draft_length_policy
+        self._draft_length_policies: dict[tuple, _core.DraftLengthPolicy] = {}  # _draft_length_policy
         # what a draft length policy assumes until it timed a round (issue 28): measured now, timed rounds for 2% of
         # the load time or 200 ms, whichever is more (draft_calibration.calibrate says by how much a slow model's
         # rounds exceed it); kept by reload (the same machine and file)
@@ -496,23 +496,22 @@ class Model:
                                temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed,
                                n_probs=-1 if n_probs is None else n_probs, post_sampling_probs=post_sampling_probs,
                                logit_bias=bias,
-                               policy=self._draft_length_policy(spec, shared=synthetic_accepted < 0),
+                               policy=self._draft_length_policy(spec, synthetic_accepted),
                                end_ids=end_of_generation_ids(self.tokenizer))
 
-    def _draft_length_policy(self, spec: dict, shared: bool = True) -> _core.DraftLengthPolicy | None:
-        """The draft length policy of adaptive generators with spec's n_max and n_min. shared: one per pair for this
+    def _draft_length_policy(self, spec: dict, synthetic_accepted: float = -1.0) -> _core.DraftLengthPolicy | None:
+        """The draft length policy of adaptive generators with spec's n_max and n_min: one per pair for this
         sequence's life, so that what a request learned of acceptance and of this machine's timings carries over to
         the next (a new policy per request relearned from its prior: ~2% of a short reply, issue 15); not shared
-        with another_sequence's (a server's slots run at once; the C++ policy has no lock). False: a new one (a
-        generator with synthetic acceptance, whose made-up outcomes must not teach the shared one). None without
-        adaptive drafting."""
+        with another_sequence's (a server's slots run at once; the C++ policy has no lock). Generators with
+        synthetic acceptance (synthetic_accepted >= 0, benchmarks) share one per acceptance instead, whose made-up
+        outcomes never teach the real one. None without adaptive drafting."""
         if not spec["adaptive"] or spec["n_max"] <= 0:
             return None
-        key = (spec["n_max"], max(spec["n_min"], 0))
-        if not shared:
-            return self.new_draft_length_policy(*key)
+        pair = (spec["n_max"], max(spec["n_min"], 0))
+        key = pair + ((float(synthetic_accepted),) if synthetic_accepted >= 0 else ())
         if key not in self._draft_length_policies:
-            self._draft_length_policies[key] = self.new_draft_length_policy(*key)
+            self._draft_length_policies[key] = self.new_draft_length_policy(*pair)
         return self._draft_length_policies[key]
 
     def new_draft_length_policy(self, n_max: int, n_min: int = 0) -> _core.DraftLengthPolicy:

@@ -80,8 +80,8 @@ def run_spec_rows(ours: OursRunner, args: argparse.Namespace, prompts: dict[int,
     --no-warmup), what a fresh process's first requests get (issue 28): in the first row of a draft type the graphs
     of each round's shapes are built on the way and, with adaptive lengths on real prompts, the model's draft length
     policy learns from its prior there (the first row of its n_max; it carries over to later rows, as a server
-    slot's does over requests; with synthetic acceptance every generation starts a new policy, so every repetition
-    is a first request)."""
+    slot's does over requests; with synthetic acceptance the rows of one acceptance share a policy of their own,
+    Model._draft_length_policy)."""
     rows = []
     gens = [n for n in args.n_gen if n > 0]
     profiles = []  # (row, its first prompt, n_gen, length, share, draft type): --op-profile's, run last

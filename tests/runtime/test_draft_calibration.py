@@ -30,8 +30,11 @@ def test_its_policies_assume_the_calibrated_costs(model):
     verify = model.draft_calibration.prior.verify
     assert model.generator(temperature=0).policy.prior.verify == verify  # a request's (shared) policy
     assert model.another_sequence().generator(temperature=0).policy.prior.verify == verify  # a server slot's
-    synthetic = model.generator(temperature=0, synthetic_accepted=1.5).policy  # a benchmark's: its own
+    synthetic = model.generator(temperature=0, synthetic_accepted=1.5).policy  # a benchmark's: apart from the real
     assert synthetic.prior.verify == verify and synthetic is not model.generator(temperature=0).policy
+    # shared by the generators of one synthetic acceptance (a benchmark row's repetitions), not of another
+    assert model.generator(temperature=0, synthetic_accepted=1.5).policy is synthetic
+    assert model.generator(temperature=0, synthetic_accepted=2.5).policy is not synthetic
     assert model.new_draft_length_policy(2, 1).prior.verify == verify
 
 
