@@ -29,6 +29,10 @@ static_assert(sizeof(BlockQ8) == 34, "block_q8_0 is 34 bytes");
 // A chunk is up to 8 rows of x (the product's columns), in pairs: per block, each pair's 32 + 32 quantized values
 // side by side (one 512-bit register) and each value's scale 8 times per row (the lanes it multiplies).
 constexpr int kPairs = 4;
+// Past this many rows of x, a copy node quantizes them before the op (ggml splits its rows over the threads) instead
+// of every thread quantizing all of them: a 512-row prompt ubatch's down projection (8 experts per token) would have
+// each of n threads quantize 4096 rows.
+constexpr int64_t kQuantizeInGraph = 16;
 constexpr int kChunkRows = 2 * kPairs;
 
 // What one product reads and writes, taken from the op's tensors (or from the self-check's buffers).
@@ -36,7 +40,7 @@ struct Operands {
     const char * w;       // q8_0 rows, w_nb1 bytes apart, matrices w_nb2 apart
     size_t w_nb1, w_nb2;
     int64_t K, M, n_mat;
-    const char * x;       // f32 rows of K values, x_nb1 apart, tokens x_nb2 apart
+    const char * x;       // rows of K values, x_nb1 apart, tokens x_nb2 apart: f32, or q8_0 when x_q8_0
     size_t x_nb1, x_nb2;
     int64_t x_ne1;
     const char * ids;     // i32 [n_used, T] (ids_nb1 apart) or null: every column to matrix 0
@@ -44,6 +48,7 @@ struct Operands {
     char * out;           // f32 [M, n_used, T]
     size_t out_nb1, out_nb2;
     int64_t n_used, T;
+    bool x_q8_0;          // x quantized already (by a copy node before the op: kQuantizeInGraph)
 };
 
 // Per thread: the quantized rows of x, the columns of the matrix at hand and its packed chunks.
@@ -121,15 +126,22 @@ GLM5NEXT_AVX512 void dot_chunk_n(int64_t n, const BlockQ8 * w, int64_t nb, const
     }
 }
 
-// Packs the columns `cols` (quantized rows of x, xq row j % x_ne1 + t * x_ne1) into chunks; a last pair's missing
-// row is zeros (dot_chunk reads only the first half of a single row's pair).
+// The quantized row of x that column (j, t) multiplies: x[:, j % x_ne1, t].
+const BlockQ8 * x_row(const Operands & o, const Scratch & s, int64_t j, int64_t t) {
+    const int64_t i = j % o.x_ne1;
+    if (o.x_q8_0) return (const BlockQ8 *) (o.x + i * o.x_nb1 + t * o.x_nb2);
+    return s.xq.data() + (i + t * o.x_ne1) * (o.K / kBlock);
+}
+
+// Packs the columns `cols` into chunks; a last pair's missing row is zeros (dot_chunk reads only the first half of a
+// single row's pair).
 void pack(const Operands & o, const std::vector<std::pair<int64_t, int64_t>> & cols, Scratch & s) {
     const int64_t nb = o.K / kBlock, n_chunks = (int64_t) (cols.size() + kChunkRows - 1) / kChunkRows;
     s.yq.assign(n_chunks * nb * kPairs * 64, 0);
     s.yd.assign(n_chunks * nb * kPairs * 16, 0.0f);
     for (size_t c = 0; c < cols.size(); ++c) {
         const auto [j, t] = cols[c];
-        const BlockQ8 * row = s.xq.data() + ((j % o.x_ne1) + t * o.x_ne1) * nb;
+        const BlockQ8 * row = x_row(o, s, j, t);
         const int64_t chunk = c / kChunkRows, p = (c % kChunkRows) / 2, half = c % 2;
         for (int64_t ib = 0; ib < nb; ++ib) {
             const int64_t at = (chunk * nb + ib) * kPairs + p;
@@ -140,16 +152,18 @@ void pack(const Operands & o, const std::vector<std::pair<int64_t, int64_t>> & c
 }
 
 // This thread's share of the product: rows [M*ith/nth, M*(ith+1)/nth) of every matrix a column is routed to. Each
-// thread quantizes and packs the (few) rows of x itself: no barrier inside an op.
+// thread quantizes (unless a node before did) and packs the rows of x itself: no barrier inside an op.
 GLM5NEXT_AVX512 void multiply(const Operands & o, int ith, int nth) {
     const int64_t r0 = o.M * ith / nth, r1 = o.M * (ith + 1) / nth, nb = o.K / kBlock;
     if (r0 >= r1) return;
     thread_local Scratch s;
-    const ggml_from_float_t quantize = ggml_get_type_traits_cpu(GGML_TYPE_Q8_0)->from_float;
-    s.xq.resize(o.x_ne1 * o.T * nb);
-    for (int64_t t = 0; t < o.T; ++t) {
-        for (int64_t i = 0; i < o.x_ne1; ++i) {
-            quantize((const float *) (o.x + i * o.x_nb1 + t * o.x_nb2), s.xq.data() + (i + t * o.x_ne1) * nb, o.K);
+    if (!o.x_q8_0) {
+        const ggml_from_float_t quantize = ggml_get_type_traits_cpu(GGML_TYPE_Q8_0)->from_float;
+        s.xq.resize(o.x_ne1 * o.T * nb);
+        for (int64_t t = 0; t < o.T; ++t) {
+            for (int64_t i = 0; i < o.x_ne1; ++i) {
+                quantize((const float *) (o.x + i * o.x_nb1 + t * o.x_nb2), s.xq.data() + (i + t * o.x_ne1) * nb, o.K);
+            }
         }
     }
     s.cols.resize(std::max<size_t>(s.cols.size(), o.n_mat));
@@ -187,7 +201,8 @@ void q8_0_rows_op(ggml_tensor * dst, int ith, int nth, void *) {
     const Operands o = {(const char *) w->data, w->nb[1], w->nb[2], w->ne[0], w->ne[1], w->ne[2],
                         (const char *) x->data, x->nb[1], x->nb[2], x->ne[1],
                         ids ? (const char *) ids->data : nullptr, ids ? ids->nb[0] : 0, ids ? ids->nb[1] : 0,
-                        (char *) dst->data, dst->nb[1], dst->nb[2], dst->ne[1], dst->ne[2]};
+                        (char *) dst->data, dst->nb[1], dst->nb[2], dst->ne[1], dst->ne[2],
+                        x->type == GGML_TYPE_Q8_0};
     multiply(o, ith, nth);
 }
 
@@ -215,7 +230,7 @@ bool matches_vec_dot() {
     std::vector<float> out(M * N);
     const Operands o = {(const char *) w.data(), nb * sizeof(BlockQ8), M * nb * sizeof(BlockQ8), K, M, 1,
                         (const char *) x.data(), K * sizeof(float), N * K * sizeof(float), N,
-                        nullptr, 0, 0, (char *) out.data(), M * sizeof(float), N * M * sizeof(float), N, 1};
+                        nullptr, 0, 0, (char *) out.data(), M * sizeof(float), N * M * sizeof(float), N, 1, false};
     multiply(o, 0, 1);
     for (int64_t j = 0; j < N; ++j) {
         for (int64_t r = 0; r < M; ++r) {
@@ -232,7 +247,7 @@ bool matches_vec_dot() {
 bool q8_0_rows_kernel_available() {
     static const bool available = [] {
         __builtin_cpu_init();
-        const bool cpu = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+        const bool cpu = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c") &&
                          __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
         return cpu && matches_vec_dot();
@@ -252,14 +267,21 @@ ggml_tensor * q8_0_mul_mat_rows(ggml_context * ctx, ggml_tensor * w, ggml_tensor
     if (ids == nullptr && w->ne[2] != 1) {
         throw std::invalid_argument("q8_0_mul_mat_rows: several matrices need ids to route the rows");
     }
-    if (ids != nullptr && (ids->type != GGML_TYPE_I32 || ids->ne[1] != x->ne[2] || ids->ne[2] != 1)) {
-        throw std::invalid_argument("q8_0_mul_mat_rows: ids must be i32 [n_used, " + std::to_string(x->ne[2]) + "]");
+    if (ids != nullptr && (ids->type != GGML_TYPE_I32 || ids->ne[1] != x->ne[2] || ids->ne[2] != 1 || ids->ne[3] != 1 ||
+                           ids->ne[0] % x->ne[1] != 0)) {  // ggml_mul_mat_id's conditions
+        throw std::invalid_argument("q8_0_mul_mat_rows: ids must be i32 [n_used, " + std::to_string(x->ne[2]) +
+                                    "] with n_used a multiple of x's " + std::to_string(x->ne[1]) + " rows per token");
     }
     if (!q8_0_rows_kernel_available()) {
         throw std::invalid_argument("q8_0_mul_mat_rows: this CPU lacks AVX-512 F/BW/VL/VNNI, or the kernel differs "
                                     "from ggml's vec_dot here (q8_0_rows_kernel_available)");
     }
     const int64_t n_used = ids ? ids->ne[0] : x->ne[1];
+    if (x->ne[1] * x->ne[2] > kQuantizeInGraph) {  // quantized once, by ggml's threads (its CPU copy: from_float)
+        ggml_tensor * flat = ggml_reshape_2d(ctx, ggml_is_contiguous(x) ? x : ggml_cont(ctx, x), x->ne[0], x->ne[1] * x->ne[2]);
+        ggml_tensor * q = ggml_cpy(ctx, flat, ggml_new_tensor_2d(ctx, GGML_TYPE_Q8_0, x->ne[0], x->ne[1] * x->ne[2]));
+        x = ggml_reshape_3d(ctx, q, x->ne[0], x->ne[1], x->ne[2]);
+    }
     ggml_tensor * args[] = {w, x, ids};
     ggml_tensor * out = ggml_custom_4d(ctx, GGML_TYPE_F32, w->ne[1], n_used, x->ne[2], 1, args, ids ? 3 : 2,
                                        q8_0_rows_op, GGML_N_TASKS_MAX, nullptr);

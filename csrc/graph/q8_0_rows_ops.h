@@ -25,6 +25,7 @@ bool q8_0_rows_kernel_available();
 // row. This kernel does it once per block for up to 8 rows (two per 512-bit register). Measured numbers:
 // BlockBuilder::mm's comment.
 // Throws std::invalid_argument naming the operand whose type or shape does not fit.
+// Up to 16 rows of x are quantized by each thread of the op itself; more, by a copy node before it (ggml's threads).
 // Its node is named "q8_0_rows" (is_q8_0_rows: the op profile counts it apart from the other custom ops).
 ggml_tensor * q8_0_mul_mat_rows(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x, ggml_tensor * ids);
 

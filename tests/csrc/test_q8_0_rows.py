@@ -11,7 +11,7 @@ from glm5next_runtime import _testing
 
 _FLAGS = next((line.split(":", 1)[1].split() for line in open("/proc/cpuinfo") if line.startswith("flags")), [])
 _AVX512_VNNI = all(f in _FLAGS for f in ("avx512f", "avx512bw", "avx512vl", "avx512_vnni"))
-pytestmark = pytest.mark.skipif(not _AVX512_VNNI, reason="the kernel needs AVX-512 F/BW/VL/VNNI")
+needs_avx512_vnni = pytest.mark.skipif(not _AVX512_VNNI, reason="the kernel needs AVX-512 F/BW/VL/VNNI")
 
 
 def _rows(rng, *shape, scale_by_row=True):
@@ -20,29 +20,47 @@ def _rows(rng, *shape, scale_by_row=True):
     return v * rng.uniform(0.25, 1.0, shape[:-1] + (1,)).astype(np.float32) if scale_by_row else v
 
 
-def test_the_kernel_runs_here_and_matched_ggmls_vec_dot_at_load():
-    assert _testing.q8_0_rows_kernel_available()
+def test_the_kernel_runs_where_the_cpu_has_avx512_vnni_and_is_refused_elsewhere():
+    """Where it runs it also matched ggml's vec_dot on the check made once per process; elsewhere the op refuses
+    by name (the graphs then use ggml's products: BlockBuilder::rows_kernel)."""
+    assert _testing.q8_0_rows_kernel_available() == _AVX512_VNNI
+    if not _AVX512_VNNI:
+        with pytest.raises(ValueError, match="AVX-512"):
+            _testing.q8_0_product(np.zeros((1, 4, 32), np.float32), np.zeros((1, 2, 32), np.float32))
 
 
-@pytest.mark.parametrize("n_rows", [1, 2, 3, 7, 8, 9, 16, 17, 33])
-def test_each_row_of_a_product_equals_the_row_multiplied_alone(n_rows):
-    rng = np.random.default_rng(n_rows)
-    w = _rows(rng, 1, 37, 32 * 45)  # an odd row count: the two threads' shares differ
+@needs_avx512_vnni
+@pytest.mark.parametrize("n_rows,M", [(1, 37), (2, 37), (3, 37), (4, 37), (5, 37), (6, 37), (7, 37), (8, 37), (9, 37),
+                                      (16, 37), (17, 37), (33, 37), (5, 1), (9, 2)])
+def test_each_row_of_a_product_equals_the_row_multiplied_alone(n_rows, M):
+    """M odd: the threads' shares differ; M 1 or 2: a thread with no rows."""
+    rng = np.random.default_rng(n_rows * 100 + M)
+    w = _rows(rng, 1, M, 32 * 45)
     x = _rows(rng, 1, n_rows, 32 * 45)
     ours = _testing.q8_0_product(w, x)
     alone = _testing.q8_0_product(w, x.reshape(n_rows, 1, -1), ggml_kernel=True)  # one row per product: vec_dot
-    assert ours.shape == (1, n_rows, 37)
+    assert ours.shape == (1, n_rows, M)
     assert np.array_equal(ours[0], alone[:, 0])
     want = x[0].astype(np.float64) @ w[0].T.astype(np.float64)
     np.testing.assert_allclose(ours[0], want, rtol=0, atol=0.02 * np.abs(want).max())
 
 
+@needs_avx512_vnni
 @pytest.mark.parametrize("n_x", [1, 4])
 @pytest.mark.parametrize("T", [1, 4, 13])
 def test_routed_experts_equal_ggml_mul_mat_id(n_x, T):
     """As the MoE calls it: gate and up over x [K, 1, T], down over x [K, k, T], k experts per token."""
+    _routed_experts_equal_ggml(T, n_x, n_expert=6, k=4, K=32 * 17, M=19)
+
+
+@needs_avx512_vnni
+def test_routed_experts_of_a_prompt_ubatch_equal_ggml_mul_mat_id():
+    """A 512-row prompt ubatch over 16 experts (the MoE takes the kernel at any row count: BlockBuilder::mm_id)."""
+    _routed_experts_equal_ggml(512, 4, n_expert=16, k=4, K=1024, M=64)
+
+
+def _routed_experts_equal_ggml(T, n_x, n_expert, k, K, M):
     rng = np.random.default_rng(10 * T + n_x)
-    n_expert, k, K, M = 6, 4, 32 * 17, 19
     w = _rows(rng, n_expert, M, K)
     x = _rows(rng, T, n_x, K)
     ids = np.stack([rng.permutation(n_expert)[:k] for _ in range(T)]).astype(np.int32)
@@ -52,6 +70,7 @@ def test_routed_experts_equal_ggml_mul_mat_id(n_x, T):
     assert np.array_equal(ours, theirs)
 
 
+@needs_avx512_vnni
 def test_a_row_does_not_change_with_the_rows_beside_it():
     rng = np.random.default_rng(5)
     w = _rows(rng, 1, 64, 32 * 8)
@@ -61,6 +80,7 @@ def test_a_row_does_not_change_with_the_rows_beside_it():
         assert np.array_equal(_testing.q8_0_product(w, np.ascontiguousarray(x[:, lo:hi]))[0], full[lo:hi])
 
 
+@needs_avx512_vnni
 def test_bad_shapes_are_refused_by_name():
     with pytest.raises(ValueError, match="K must be a multiple of 32"):
         _testing.q8_0_product(np.zeros((1, 4, 40), np.float32), np.zeros((1, 2, 40), np.float32))
