@@ -297,15 +297,15 @@ class Scheduler:
         size), made on first use and kept. Per size, because a round's costs grow with its sequences: one policy for
         all sizes timed 4-sequence rounds among 2- and 3-sequence ones (a server's batch as its clients come and
         go) and priced drafting by their mix."""
-        adapting = [h.job.generator.policy for h in handles if h.job.generator.policy is not None]
+        adapting = [h.job.generator for h in handles if h.job.generator.policy is not None]
         if not adapting:
             return None
-        own = adapting[0]
-        n_seq = sum(not h.job.generator.prompting for h in handles if h.job.generator.policy is not None)
-        key = (own.n_max, own.n_min, n_seq)
-        if key not in self._batch_policies:
-            self._batch_policies[key] = _core.DraftLengthPolicy(own.n_max, own.n_min, own.prior)
-        return self._batch_policies[key]
+        own = adapting[0].policy
+        key = (own.n_max, own.n_min, sum(not g.prompting for g in adapting))
+        policy = self._batch_policies.get(key)
+        if policy is None:
+            policy = self._batch_policies[key] = _core.DraftLengthPolicy(own.n_max, own.n_min, own.prior)
+        return policy
 
     def _draft(self, batch: _core.Batch, handles: list[ScheduledGeneration]) -> None:
         """The draft steps, each generation under its grammar's mask after its drafts so far. A grammar that fails

@@ -19,7 +19,7 @@ GraphLayout graph_layout(const HParams & hp, int64_t n_ctx, int64_t n_past, int6
     const int64_t n_kv = n_past + n_rows, kpool = hp.idx_kpool;
     l.n_kv = n_rows <= kGatherMaxRows || n_kv > max_dense_keys(hp) ? 0 : n_kv;
     const int64_t complete = std::max<int64_t>(1, n_kv / kpool);  // pool 0 unwritten when none: never a candidate
-    l.n_pool = std::min((complete + kPoolBucket - 1) / kPoolBucket * kPoolBucket, std::max<int64_t>(1, n_ctx / kpool));
+    l.n_pool = std::min<int64_t>((complete + kPoolBucket - 1) / kPoolBucket * kPoolBucket, hp.n_pooled((uint32_t) n_ctx));
     return l;
 }
 

@@ -79,7 +79,7 @@ constexpr int64_t kPoolBucket = 64;
 
 // The layout of n_rows rows at positions n_past.. of a cache of n_ctx rows: dense attention for more than
 // kGatherMaxRows rows while n_past + n_rows <= max_dense_keys, else gathering; the pools scored capped at the
-// pooled cache's max(1, n_ctx / kpool) rows.
+// pooled cache's HParams::n_pooled(n_ctx) rows.
 GraphLayout graph_layout(const HParams & hp, int64_t n_ctx, int64_t n_past, int64_t n_rows);
 
 // Builds the blocks of one row group (graph/parts.h): what reads no cache runs over the group's rows at once,

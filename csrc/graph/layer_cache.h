@@ -20,7 +20,7 @@ struct LayerCache {
     ggml_tensor * latent = nullptr;  // DSA: [kv_lora_rank, n_ctx]
     ggml_tensor * idx_k = nullptr;   // full indexer: [idx_head_dim, n_ctx] (after k_norm)
     ggml_tensor * idx_g = nullptr;   // full indexer: [idx_head_dim, n_ctx] (compress gate scores)
-    ggml_tensor * pooled = nullptr;  // full indexer: f32 [idx_head_dim, n_ctx / kpool] (runtime/seq_cache.cpp: why)
+    ggml_tensor * pooled = nullptr;  // full indexer: f32 [idx_head_dim, HParams::n_pooled(n_ctx)] (seq_cache.cpp: why)
     // In a cell of the engine's (runtime/cache_cells.h): the layer's caches of every cell, of which the tensors above
     // are views (cell CacheView::cell); null for caches of the sequence's own.
     const LayerCache * cells = nullptr;

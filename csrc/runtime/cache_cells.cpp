@@ -10,9 +10,14 @@ namespace glm5next {
 CacheCells::CacheCells(const Model & model, uint32_t first_layer, uint32_t n_layers, uint32_t n_cells)
     : model_(model), first_layer_(first_layer), layers_(n_layers), taken_(n_cells, false) {}
 
-CacheCells::~CacheCells() {
+CacheCells::~CacheCells() { free_all(); }
+
+void CacheCells::free_all() {
     for (ggml_backend_buffer_t b : buffers_) ggml_backend_buffer_free(b);
     for (ggml_context * c : contexts_) ggml_free(c);
+    buffers_.clear();
+    contexts_.clear();
+    layers_.assign(layers_.size(), LayerCache{});
 }
 
 void CacheCells::allocate(uint32_t n_ctx, ggml_type cache_type) {
@@ -52,11 +57,7 @@ void CacheCells::allocate(uint32_t n_ctx, ggml_type cache_type) {
     for (const auto & [dev, ctx] : ctx_of) {
         ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors_from_buft(ctx, ggml_backend_dev_buffer_type(dev));
         if (buf == nullptr) {
-            for (ggml_backend_buffer_t b : buffers_) ggml_backend_buffer_free(b);
-            for (ggml_context * c : contexts_) ggml_free(c);
-            buffers_.clear();
-            contexts_.clear();
-            layers_.assign(layers_.size(), LayerCache{});
+            free_all();
             throw std::runtime_error("cannot allocate the caches of " + std::to_string(n) + " sequences (n_seq_max) of " +
                                      "n_ctx = " + std::to_string(n_ctx) + " on " + ggml_backend_dev_name(dev));
         }

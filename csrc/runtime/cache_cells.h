@@ -54,6 +54,8 @@ public:
 
 private:
     void allocate(uint32_t n_ctx, ggml_type cache_type);
+    // Frees the buffers and contexts and empties the layers (the destructor; an allocation that failed).
+    void free_all();
 
     const Model & model_;
     uint32_t first_layer_;
