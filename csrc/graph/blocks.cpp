@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "graph/float_rows_ops.h"
 #include "graph/indexer_ops.h"
 #include "graph/mhc_ops.h"
 #include "graph/q8_0_rows_ops.h"
@@ -35,7 +36,7 @@ ggml_tensor * BlockBuilder::mm(ggml_tensor * w, ggml_tensor * x) const {
     if (B == 1 && w->ne[3] == 1) {  // one matrix
         ggml_tensor * xc = ggml_is_contiguous(x) ? x : ggml_cont(ctx, x);
         if (rows_kernel(w)) {
-            ggml_tensor * r = q8_0_mul_mat_rows(ctx, w, ggml_reshape_3d(ctx, xc, K, ggml_nelements(x) / K, 1), nullptr);
+            ggml_tensor * r = rows_mul_mat(w, ggml_reshape_3d(ctx, xc, K, ggml_nelements(x) / K, 1), nullptr);
             return ggml_reshape_4d(ctx, r, w->ne[1], N, x->ne[2], x->ne[3]);
         }
         // every column of x a row routed to "expert" 0
@@ -45,16 +46,25 @@ ggml_tensor * BlockBuilder::mm(ggml_tensor * w, ggml_tensor * x) const {
     }
     // a matrix per batch (x [K, N, B]): batch b is "expert" b of every column
     ggml_tensor * xb = ggml_cont(ctx, ggml_permute(ctx, x, 0, 2, 1, 3));  // [K, B, N]
-    ggml_tensor * r = ggml_mul_mat_id(ctx, w, xb, expert_ids(B, N));       // [M, B, N]
+    ggml_tensor * r = mm_id(w, xb, expert_ids(B, N));                     // [M, B, N]
     return ggml_cont(ctx, ggml_permute(ctx, r, 0, 2, 1, 3));               // [M, N, B]
 }
 
 ggml_tensor * BlockBuilder::mm_id(ggml_tensor * w, ggml_tensor * x, ggml_tensor * ids) const {
-    return rows_kernel(w) ? q8_0_mul_mat_rows(ctx, w, x, ids) : ggml_mul_mat_id(ctx, w, x, ids);
+    // the f16/f32 kernel widens x on every thread: a few rows only (f16 experts of a prompt ubatch take ggml's
+    // mul_mat_id, the same vec_dot per row); the q8_0 one quantizes many rows once, in the graph
+    const bool ours = rows_kernel(w) && (w->type == GGML_TYPE_Q8_0 || ggml_nrows(x) <= kInvariantMaxRows);
+    return ours ? rows_mul_mat(w, x, ids) : ggml_mul_mat_id(ctx, w, x, ids);
 }
 
 bool BlockBuilder::rows_kernel(const ggml_tensor * w) const {
-    return cpu_kernels && w->type == GGML_TYPE_Q8_0 && on_cpu(w) && q8_0_rows_kernel_available();
+    if (!cpu_kernels || !on_cpu(w)) return false;
+    if (w->type == GGML_TYPE_Q8_0) return q8_0_rows_kernel_available();
+    return float_rows_fit(w) && float_rows_kernel_available(w->type);
+}
+
+ggml_tensor * BlockBuilder::rows_mul_mat(ggml_tensor * w, ggml_tensor * x, ggml_tensor * ids) const {
+    return w->type == GGML_TYPE_Q8_0 ? q8_0_mul_mat_rows(ctx, w, x, ids) : float_mul_mat_rows(ctx, w, x, ids);
 }
 
 ggml_tensor * BlockBuilder::expert_ids(int64_t n_experts, int64_t n_cols) const {

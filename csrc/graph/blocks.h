@@ -119,8 +119,9 @@ public:
     // steps, the decode rows of several sequences, short prompts) and up to kInvariantMaxRows rows of a long part are
     // multiplied each as vec_dot multiplies a row alone: a q8_0 matrix on the CPU by this project's kernel
     // (graph/q8_0_rows_ops.h, the same bits, each weight block loaded once for up to 8 rows; the routed experts
-    // too, mm_id), other types as ggml_mul_mat_id with every row routed to the one matrix (or to its batch's
-    // matrix), whose CPU kernel is the same vec_dot per row whatever the row count
+    // too, mm_id), an f16 or f32 one by its counterpart (graph/float_rows_ops.h, each weight row loaded once for up
+    // to 4 rows), other types (and other devices) as ggml_mul_mat_id with every row routed to the one matrix (or to
+    // its batch's matrix), whose CPU kernel is the same vec_dot per row whatever the row count
     // (ggml_compute_forward_mul_mat_id_one_chunk). A decode row equals its verify row, and its row in a batch of
     // sequences, bit for bit. Measured on the bench preset (q8_0, -t 1, interleaved medians): mul_mat_id's verify
     // passes of 2..6 rows took 0.76-0.91x the time of tinyBLAS's; with the q8_0 kernel (-t 2, glm5next-bench -npl
@@ -154,11 +155,15 @@ public:
                       std::vector<Selection> & sels, bool attend_rows = true) const;
 
 private:
-    // ggml_mul_mat_id(w, x, ids) (the routed experts' products), through q8_0_mul_mat_rows where rows_kernel(w).
+    // ggml_mul_mat_id(w, x, ids) (the routed experts' products, mm's matrix per batch), through rows_mul_mat where
+    // rows_kernel(w).
     ggml_tensor * mm_id(ggml_tensor * w, ggml_tensor * x, ggml_tensor * ids) const;
-    // Whether products with w take this project's q8_0 kernel for a few rows (graph/q8_0_rows_ops.h): a q8_0
-    // matrix on the CPU in a layer built with CPU kernels, on a CPU the kernel runs on.
+    // Whether products with w take one of this project's kernels for a few rows: a matrix on the CPU in a layer
+    // built with CPU kernels, q8_0 (graph/q8_0_rows_ops.h) or f16/f32 (graph/float_rows_ops.h: float_rows_fit), on a
+    // CPU that kernel runs on.
     bool rows_kernel(const ggml_tensor * w) const;
+    // That kernel's product (q8_0_mul_mat_rows or float_mul_mat_rows; their arguments).
+    ggml_tensor * rows_mul_mat(ggml_tensor * w, ggml_tensor * x, ggml_tensor * ids) const;
     // i32 [n_experts, n_cols] whose every column is 0, 1, ..., n_experts - 1 (mm's routing of rows to matrices),
     // made once per graph and shape (expert_ids_).
     ggml_tensor * expert_ids(int64_t n_experts, int64_t n_cols) const;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "ggml-cpu.h"
+#include "graph/rows_operands.h"
 
 #define GLM5NEXT_AVX512 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
 
@@ -35,26 +36,15 @@ constexpr int kPairs = 4;
 constexpr int64_t kQuantizeInGraph = 16;
 constexpr int kChunkRows = 2 * kPairs;
 
-// What one product reads and writes, taken from the op's tensors (or from the self-check's buffers).
-struct Operands {
-    const char * w;       // q8_0 rows, w_nb1 bytes apart, matrices w_nb2 apart
-    size_t w_nb1, w_nb2;
-    int64_t K, M, n_mat;
-    const char * x;       // rows of K values, x_nb1 apart, tokens x_nb2 apart: f32, or q8_0 when x_q8_0
-    size_t x_nb1, x_nb2;
-    int64_t x_ne1;
-    const char * ids;     // i32 [n_used, T] (ids_nb1 apart) or null: every column to matrix 0
-    size_t ids_nb0, ids_nb1;
-    char * out;           // f32 [M, n_used, T]
-    size_t out_nb1, out_nb2;
-    int64_t n_used, T;
-    bool x_q8_0;          // x quantized already (by a copy node before the op: kQuantizeInGraph)
+// What one product reads and writes (x: f32 rows, or q8_0 ones when x_q8_0).
+struct Operands : RowsOperands {
+    bool x_q8_0;  // x quantized already (by a copy node before the op: kQuantizeInGraph)
 };
 
 // Per thread: the quantized rows of x, the columns of the matrix at hand and its packed chunks.
 struct Scratch {
     std::vector<BlockQ8> xq;
-    std::vector<std::vector<std::pair<int64_t, int64_t>>> cols;  // per matrix: (j, t)
+    RowsColumns cols;  // per matrix: (j, t)
     std::vector<int8_t> yq;
     std::vector<float> yd;
 };
@@ -166,15 +156,7 @@ GLM5NEXT_AVX512 void multiply(const Operands & o, int ith, int nth) {
             }
         }
     }
-    s.cols.resize(std::max<size_t>(s.cols.size(), o.n_mat));
-    for (int64_t e = 0; e < o.n_mat; ++e) s.cols[e].clear();
-    for (int64_t t = 0; t < o.T; ++t) {
-        for (int64_t j = 0; j < o.n_used; ++j) {
-            const int64_t e = o.ids ? *(const int32_t *) (o.ids + j * o.ids_nb0 + t * o.ids_nb1) : 0;
-            GGML_ASSERT(e >= 0 && e < o.n_mat);  // the router's ids (ggml_mul_mat_id asserts the same)
-            s.cols[e].push_back({j, t});
-        }
-    }
+    route_columns(o, s.cols);
     float dots[kChunkRows];
     for (int64_t e = 0; e < o.n_mat; ++e) {
         const auto & cols = s.cols[e];
@@ -197,12 +179,7 @@ GLM5NEXT_AVX512 void multiply(const Operands & o, int ith, int nth) {
 }
 
 void q8_0_rows_op(ggml_tensor * dst, int ith, int nth, void *) {
-    const ggml_tensor *w = dst->src[0], *x = dst->src[1], *ids = dst->src[2];
-    const Operands o = {(const char *) w->data, w->nb[1], w->nb[2], w->ne[0], w->ne[1], w->ne[2],
-                        (const char *) x->data, x->nb[1], x->nb[2], x->ne[1],
-                        ids ? (const char *) ids->data : nullptr, ids ? ids->nb[0] : 0, ids ? ids->nb[1] : 0,
-                        (char *) dst->data, dst->nb[1], dst->nb[2], dst->ne[1], dst->ne[2],
-                        x->type == GGML_TYPE_Q8_0};
+    const Operands o = {RowsOperands::of(dst), dst->src[1]->type == GGML_TYPE_Q8_0};
     multiply(o, ith, nth);
 }
 
@@ -228,9 +205,9 @@ bool matches_vec_dot() {
     for (int64_t r = 0; r < M; ++r) traits->from_float(wf.data() + r * K, w.data() + r * nb, K);
     for (int64_t r = 0; r < N; ++r) traits->from_float(x.data() + r * K, xq.data() + r * nb, K);
     std::vector<float> out(M * N);
-    const Operands o = {(const char *) w.data(), nb * sizeof(BlockQ8), M * nb * sizeof(BlockQ8), K, M, 1,
-                        (const char *) x.data(), K * sizeof(float), N * K * sizeof(float), N,
-                        nullptr, 0, 0, (char *) out.data(), M * sizeof(float), N * M * sizeof(float), N, 1, false};
+    const Operands o = {{(const char *) w.data(), nb * sizeof(BlockQ8), M * nb * sizeof(BlockQ8), K, M, 1,
+                         (const char *) x.data(), K * sizeof(float), N * K * sizeof(float), N,
+                         nullptr, 0, 0, (char *) out.data(), M * sizeof(float), N * M * sizeof(float), N, 1}, false};
     multiply(o, 0, 1);
     for (int64_t j = 0; j < N; ++j) {
         for (int64_t r = 0; r < M; ++r) {
@@ -260,18 +237,7 @@ ggml_tensor * q8_0_mul_mat_rows(ggml_context * ctx, ggml_tensor * w, ggml_tensor
         throw std::invalid_argument(std::string("q8_0_mul_mat_rows: w ") + w->name +
                                     " must be contiguous q8_0 [K, M] or [K, M, n_expert] with K a multiple of 32");
     }
-    if (x->type != GGML_TYPE_F32 || x->ne[0] != w->ne[0] || x->nb[0] != sizeof(float) || x->ne[3] != 1) {
-        throw std::invalid_argument("q8_0_mul_mat_rows: x must be f32 [" + std::to_string(w->ne[0]) +
-                                    ", n, T] with contiguous rows, got ne0 " + std::to_string(x->ne[0]));
-    }
-    if (ids == nullptr && w->ne[2] != 1) {
-        throw std::invalid_argument("q8_0_mul_mat_rows: several matrices need ids to route the rows");
-    }
-    if (ids != nullptr && (ids->type != GGML_TYPE_I32 || ids->ne[1] != x->ne[2] || ids->ne[2] != 1 || ids->ne[3] != 1 ||
-                           ids->ne[0] % x->ne[1] != 0)) {  // ggml_mul_mat_id's conditions
-        throw std::invalid_argument("q8_0_mul_mat_rows: ids must be i32 [n_used, " + std::to_string(x->ne[2]) +
-                                    "] with n_used a multiple of x's " + std::to_string(x->ne[1]) + " rows per token");
-    }
+    check_rows_operands("q8_0_mul_mat_rows", w, x, ids);
     if (!q8_0_rows_kernel_available()) {
         throw std::invalid_argument("q8_0_mul_mat_rows: this CPU lacks AVX-512 F/BW/VL/VNNI, or the kernel differs "
                                     "from ggml's vec_dot here (q8_0_rows_kernel_available)");

@@ -1,5 +1,6 @@
 #include "runtime/op_profile.h"
 
+#include "graph/float_rows_ops.h"
 #include "graph/q8_0_rows_ops.h"
 #include "runtime/traffic.h"
 
@@ -39,6 +40,7 @@ std::string op_key(const ggml_tensor * node) {
         if (node->op == GGML_OP_MUL_MAT_ID && node->src[0]->ne[2] == 1) key += " row by row";
     }
     if (is_q8_0_rows(node)) key += node->src[2] != nullptr ? " q8_0 rows, experts" : " q8_0 rows";
+    if (is_float_rows(node)) key += std::string(" ") + ggml_type_name(node->src[0]->type) + " rows";
     return key;
 }
 

@@ -40,7 +40,8 @@ std::string graph_kind(const GraphShape & shape);
 // with the weight's type for a product ("MUL_MAT q8_0", "MUL_MAT_ID q8_0": the routed experts, or the products of a
 // matrix per head), and " row by row" for one matrix multiplied through MUL_MAT_ID (a few-row group's rows each
 // alone: BlockBuilder::mm, batch invariance), "CUSTOM q8_0 rows" for this project's few-row q8_0 kernel
-// (graph/q8_0_rows_ops.h) and "CUSTOM q8_0 rows, experts" for the same kernel's routed experts.
+// (graph/q8_0_rows_ops.h), "CUSTOM q8_0 rows, experts" for the same kernel's routed experts, and "CUSTOM f16 rows" /
+// "CUSTOM f32 rows" for the f16 and f32 one (graph/float_rows_ops.h).
 std::string op_key(const ggml_tensor * node);
 
 // Times each node of one graph computation through `sched` into `into` (one run more). Installs the scheduler's

@@ -10,6 +10,7 @@
 #include "ggml-backend.h"
 #include "ggml-cpp.h"
 #include "ggml-cpu.h"
+#include "graph/float_rows_ops.h"
 #include "graph/mhc_ops.h"
 #include "graph/q8_0_rows_ops.h"
 
@@ -81,31 +82,36 @@ void hc_post_f32(const float *x, const float *residual, const float *post, const
     compute_on_cpu(y, {{tx, x}, {tr, residual}, {tp, post}, {tc, comb}}, out, ctx.get());
 }
 
-void q8_0_product_f32(const float *w, const float *x, const int32_t *ids, float *out, int64_t n_mat, int64_t M,
-                      int64_t K, int64_t n_x, int64_t T, int64_t n_used, bool ggml_kernel) {
+void rows_product_f32(ggml_type type, const float *w, const float *x, const int32_t *ids, float *out, int64_t n_mat,
+                      int64_t M, int64_t K, int64_t n_x, int64_t T, int64_t n_used, bool ggml_kernel) {
     if (n_mat < 1 || M < 1 || K < 1 || n_x < 1 || T < 1 || n_used < 1) {
-        throw std::invalid_argument("q8_0_product_f32: all dimensions must be >= 1");
+        throw std::invalid_argument("rows_product_f32: all dimensions must be >= 1");
     }
-    if (K % 32 != 0) throw std::invalid_argument("q8_0_product_f32: K must be a multiple of 32");
+    if (type != GGML_TYPE_Q8_0 && type != GGML_TYPE_F16 && type != GGML_TYPE_F32) {
+        throw std::invalid_argument(std::string("rows_product_f32: no few-row kernel for ") + ggml_type_name(type));
+    }
+    if (type == GGML_TYPE_Q8_0 && K % 32 != 0) throw std::invalid_argument("rows_product_f32: K must be a multiple of 32");
     ggml_context_ptr ctx = metadata_context(8);
-    ggml_tensor *tw = ggml_new_tensor_3d(ctx.get(), GGML_TYPE_Q8_0, K, M, n_mat);
+    ggml_tensor *tw = ggml_new_tensor_3d(ctx.get(), type, K, M, n_mat);
     ggml_tensor *tx = ggml_new_tensor_3d(ctx.get(), GGML_TYPE_F32, K, n_x, T);
     ggml_tensor *tids = ids ? ggml_new_tensor_2d(ctx.get(), GGML_TYPE_I32, n_used, T) : nullptr;
     for (ggml_tensor *t : {tw, tx, tids}) {
         if (t) ggml_set_input(t);
     }
-    std::vector<uint8_t> wq(ggml_nbytes(tw));
-    ggml_quantize_chunk(GGML_TYPE_Q8_0, w, wq.data(), 0, n_mat * M, K, nullptr);
+    std::vector<uint8_t> wt(type == GGML_TYPE_F32 ? 0 : ggml_nbytes(tw));  // w in its type
+    if (type == GGML_TYPE_Q8_0) ggml_quantize_chunk(GGML_TYPE_Q8_0, w, wt.data(), 0, n_mat * M, K, nullptr);
+    if (type == GGML_TYPE_F16) ggml_fp32_to_fp16_row(w, (ggml_fp16_t *) wt.data(), n_mat * M * K);
+    const float *wdata = type == GGML_TYPE_F32 ? w : (const float *) wt.data();
     ggml_tensor *y;
     if (ggml_kernel) {
         y = ids ? ggml_mul_mat_id(ctx.get(), tw, tx, tids) : ggml_mul_mat(ctx.get(), tw, tx);
     } else {
-        y = q8_0_mul_mat_rows(ctx.get(), tw, tx, tids);
+        y = type == GGML_TYPE_Q8_0 ? q8_0_mul_mat_rows(ctx.get(), tw, tx, tids) : float_mul_mat_rows(ctx.get(), tw, tx, tids);
     }
     if (ids) {
-        compute_on_cpu(y, {{tw, (const float *) wq.data()}, {tx, x}, {tids, (const float *) ids}}, out, ctx.get());
+        compute_on_cpu(y, {{tw, wdata}, {tx, x}, {tids, (const float *) ids}}, out, ctx.get());
     } else {
-        compute_on_cpu(y, {{tw, (const float *) wq.data()}, {tx, x}}, out, ctx.get());
+        compute_on_cpu(y, {{tw, wdata}, {tx, x}}, out, ctx.get());
     }
 }
 

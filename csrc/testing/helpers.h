@@ -2,6 +2,8 @@
 // against, link to and run the ggml that llama-cpp-python ships, and run single kernels on arrays.
 #pragma once
 
+#include "ggml.h"
+
 #include <cstdint>
 #include <string>
 
@@ -19,11 +21,12 @@ void matmul_f32(const float *a, const float *b, float *out, int64_t m, int64_t k
 void hc_post_f32(const float *x, const float *residual, const float *post, const float *comb, float *out,
                  int64_t n_embd, int64_t hc, int64_t n_tokens, bool ggml_kernel);
 
-// out = w[e] . x[.., t] in q8_0 (graph/q8_0_rows_ops.h) on row-major arrays: w [n_mat][M][K] (quantized to q8_0
-// here), x [T][n_x][K], ids [T][n_used] (or null: one matrix, n_used = n_x), out [T][n_used][M]. ggml_kernel: ggml's
-// product instead of ours (ggml_mul_mat_id with ids, else ggml_mul_mat). Throws like matmul_f32, and
-// std::invalid_argument from q8_0_mul_mat_rows.
-void q8_0_product_f32(const float *w, const float *x, const int32_t *ids, float *out, int64_t n_mat, int64_t M,
-                      int64_t K, int64_t n_x, int64_t T, int64_t n_used, bool ggml_kernel);
+// out = w[e] . x[.., t] by a few-row kernel (graph/q8_0_rows_ops.h for q8_0, graph/float_rows_ops.h for f16 and
+// f32) on row-major arrays: w [n_mat][M][K] (converted to `type` here: q8_0 by ggml_quantize_chunk, f16 by
+// ggml_fp32_to_fp16_row), x [T][n_x][K], ids [T][n_used] (or null: one matrix, n_used = n_x), out [T][n_used][M].
+// ggml_kernel: ggml's product instead of ours (ggml_mul_mat_id with ids, else ggml_mul_mat). Throws like matmul_f32,
+// std::invalid_argument for another type or a q8_0 K not a multiple of 32, and what the kernels throw.
+void rows_product_f32(ggml_type type, const float *w, const float *x, const int32_t *ids, float *out, int64_t n_mat,
+                      int64_t M, int64_t K, int64_t n_x, int64_t T, int64_t n_used, bool ggml_kernel);
 
 }  // namespace glm5next

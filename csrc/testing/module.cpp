@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "graph/float_rows_ops.h"
 #include "graph/q8_0_rows_ops.h"
 #include "testing/helpers.h"
 
@@ -61,16 +62,17 @@ static py::array_t<float> hc_post(const f32_array &x, const f32_array &residual,
     return out;
 }
 
-static py::array_t<float> q8_0_product(const f32_array &w, const f32_array &x,
+// The product of a few-row kernel (rows_product_f32) on numpy arrays; `name` is the binding's, for errors.
+static py::array_t<float> rows_product(const char *name, ggml_type type, const f32_array &w, const f32_array &x,
                                        const std::optional<py::array_t<int32_t, py::array::c_style>> &ids,
                                        bool ggml_kernel) {
     if (w.ndim() != 3 || x.ndim() != 3 || (ids && ids->ndim() != 2)) {
-        throw std::invalid_argument("q8_0_product: w must be 3-D (n_mat, M, K), x 3-D (T, n, K), ids 2-D (T, n_used)");
+        throw std::invalid_argument(std::string(name) + ": w must be 3-D (n_mat, M, K), x 3-D (T, n, K), ids 2-D (T, n_used)");
     }
     const auto n_mat = w.shape(0), M = w.shape(1), K = w.shape(2), T = x.shape(0), n_x = x.shape(1);
     if (x.shape(2) != K || (ids && ids->shape(0) != T) || (!ids && n_mat != 1)) {
-        throw std::invalid_argument("q8_0_product: x (T, n, K) must share w's K, ids (T, n_used) x's T; without ids "
-                                    "w holds one matrix");
+        throw std::invalid_argument(std::string(name) + ": x (T, n, K) must share w's K, ids (T, n_used) x's T; "
+                                    "without ids w holds one matrix");
     }
     const auto n_used = ids ? ids->shape(1) : n_x;
     py::array_t<float> out({T, n_used, M});
@@ -79,9 +81,18 @@ static py::array_t<float> q8_0_product(const f32_array &w, const f32_array &x,
     float *pout = out.mutable_data();
     {
         py::gil_scoped_release release;
-        glm5next::q8_0_product_f32(pw, px, pids, pout, n_mat, M, K, n_x, T, n_used, ggml_kernel);
+        glm5next::rows_product_f32(type, pw, px, pids, pout, n_mat, M, K, n_x, T, n_used, ggml_kernel);
     }
     return out;
+}
+
+// "f16" or "f32" as a ggml type; ValueError naming `name` for anything else.
+static ggml_type float_weight_type(const char *name, const std::string &weight_type) {
+    if (weight_type != "f16" && weight_type != "f32") {
+        throw std::invalid_argument(std::string(name) + ": weight_type must be \"f16\" or \"f32\", got \"" +
+                                    weight_type + "\"");
+    }
+    return weight_type == "f16" ? GGML_TYPE_F16 : GGML_TYPE_F32;
 }
 
 PYBIND11_MODULE(_testing, mod) {
@@ -120,7 +131,12 @@ Raises:
     ValueError: shapes that do not fit; TypeError: inputs not convertible to float32 without loss.
 )doc");
 
-    mod.def("q8_0_product", &q8_0_product, py::arg("w"), py::arg("x"), py::arg("ids") = py::none(),
+    mod.def("q8_0_product",
+            [](const f32_array &w, const f32_array &x,
+               const std::optional<py::array_t<int32_t, py::array::c_style>> &ids, bool ggml_kernel) {
+                return rows_product("q8_0_product", GGML_TYPE_Q8_0, w, x, ids, ggml_kernel);
+            },
+            py::arg("w"), py::arg("x"), py::arg("ids") = py::none(),
             py::arg("ggml_kernel") = false,
             R"doc(The product of q8_0 matrices with float32 rows by this project's few-row kernel
 (csrc/graph/q8_0_rows_ops.h) or by ggml's, for tests: out[t, j] = w[ids[t, j]] @ x[t, j % n], or w[0] @ x[t, j]
@@ -137,6 +153,39 @@ Raises:
     ValueError: shapes that do not fit; TypeError: inputs not convertible without loss.
     RuntimeError: ggml failed to allocate or compute the graph.
 )doc");
+
+    mod.def("float_product",
+            [](const f32_array &w, const f32_array &x,
+               const std::optional<py::array_t<int32_t, py::array::c_style>> &ids, const std::string &weight_type,
+               bool ggml_kernel) {
+                return rows_product("float_product", float_weight_type("float_product", weight_type), w, x, ids,
+                                    ggml_kernel);
+            },
+            py::arg("w"), py::arg("x"), py::arg("ids") = py::none(),
+            py::arg("weight_type") = "f16", py::arg("ggml_kernel") = false,
+            R"doc(The product of f16 or f32 matrices with float32 rows by this project's few-row kernel
+(csrc/graph/float_rows_ops.h) or by ggml's, for tests: out[t, j] = w[ids[t, j]] @ x[t, j % n], or w[0] @ x[t, j]
+without ids. With weight_type "f16", w is rounded to f16 first (ggml_fp32_to_fp16_row).
+
+Args:
+    w: float32 (n_mat, M, K) (for "f32", K a multiple of 64); x: float32 (T, n, K); ids: int32 (T, n_used), each in
+    [0, n_mat). weight_type: "f16" or "f32". ggml_kernel: ggml's product instead (ggml_mul_mat_id with ids, else
+    ggml_mul_mat).
+
+Returns:
+    float32 array (T, n_used or n, M).
+
+Raises:
+    ValueError: shapes or a weight_type that do not fit, or a CPU the kernel does not run on; TypeError: inputs not
+    convertible without loss. RuntimeError: ggml failed to allocate or compute the graph.
+)doc");
+
+    mod.def("float_rows_kernel_available", [](const std::string &weight_type) {
+                return glm5next::float_rows_kernel_available(float_weight_type("float_rows_kernel_available", weight_type));
+            },
+            py::arg("weight_type"),
+            "Whether this CPU runs the few-row f16 / f32 kernel (AVX-512 F, checked against ggml's vec_dot bit for "
+            "bit). ValueError for a weight_type other than \"f16\" or \"f32\".");
 
     mod.def("q8_0_rows_kernel_available", &glm5next::q8_0_rows_kernel_available,
             "Whether this CPU runs the few-row q8_0 kernel (AVX-512 VNNI, checked against ggml's vec_dot bit for bit).");

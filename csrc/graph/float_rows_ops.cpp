@@ -1,0 +1,246 @@
+#include "graph/float_rows_ops.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "ggml-cpu.h"
+#include "graph/rows_operands.h"
+
+#define GLM5NEXT_AVX512F __attribute__((target("avx2,fma,f16c,avx512f")))
+
+namespace glm5next {
+
+namespace {
+
+constexpr const char * kF16Name = "f16_rows";
+constexpr const char * kF32Name = "f32_rows";
+constexpr int64_t kStep = 64;  // values per step: GGML_F32_STEP (= GGML_F16_STEP) on AVX-512, 4 registers of 16
+constexpr int kChunkRows = 4;  // rows of x per pass over a weight row: 4 x 4 accumulators, 4 weight registers
+
+// Per thread: x's rows as the kernel reads them (f16 weights: rounded to f16 by ggml's from_float, widened back,
+// exactly) and the columns of each matrix.
+struct Scratch {
+    std::vector<float> xr;
+    std::vector<ggml_fp16_t> xh;
+    RowsColumns cols;  // per matrix: (j, t)
+};
+
+// The weight values i..i+15 as f32: an f16 row widened (GGML_F32Cx16_LOAD), an f32 row as it is.
+template <ggml_type W>
+GLM5NEXT_AVX512F inline __m512 load_w(const void * w, int64_t i) {
+    if constexpr (W == GGML_TYPE_F16) {
+        return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *) ((const ggml_fp16_t *) w + i)));
+    } else {
+        return _mm512_loadu_ps((const float *) w + i);
+    }
+}
+
+// The dots of one weight row with R rows of x (xr[r], K values each) over their first K & ~63 values, as ggml's
+// vec_dot of type W computes them (float_mul_mat_rows' comment), into s[r] (ggml_float, double): the weight
+// registers loaded once per step for all R rows.
+template <ggml_type W, int R>
+GLM5NEXT_AVX512F void dot_rows(const void * w, int64_t K, const float * const * xr, double * s) {
+    const int64_t np = K & ~(kStep - 1);
+    __m512 sum[R][4];
+    for (int r = 0; r < R; ++r) {
+        for (int j = 0; j < 4; ++j) sum[r][j] = _mm512_setzero_ps();
+    }
+    for (int64_t i = 0; i < np; i += kStep) {
+        for (int j = 0; j < 4; ++j) {
+            const __m512 wj = load_w<W>(w, i + 16 * j);
+            for (int r = 0; r < R; ++r) sum[r][j] = _mm512_fmadd_ps(wj, _mm512_loadu_ps(xr[r] + i + 16 * j), sum[r][j]);
+        }
+    }
+    for (int r = 0; r < R; ++r) {
+        // GGML_F32x16_REDUCE with GGML_F32_ARR = 4: offsets 2, then 1
+        sum[r][0] = _mm512_add_ps(sum[r][0], sum[r][2]);
+        sum[r][1] = _mm512_add_ps(sum[r][1], sum[r][3]);
+        sum[r][0] = _mm512_add_ps(sum[r][0], sum[r][1]);
+        s[r] = (double) _mm512_reduce_add_ps(sum[r][0]);
+    }
+}
+
+template <ggml_type W>
+GLM5NEXT_AVX512F void dot_rows_n(int64_t n, const void * w, int64_t K, const float * const * xr, double * s) {
+    switch (n) {
+        case 1: dot_rows<W, 1>(w, K, xr, s); break;
+        case 2: dot_rows<W, 2>(w, K, xr, s); break;
+        case 3: dot_rows<W, 3>(w, K, xr, s); break;
+        default: dot_rows<W, 4>(w, K, xr, s); break;
+    }
+}
+
+// vec_dot_f16's leftovers (the values past the last 64) of nq f16 weight rows (w[q]) with n rows of x, added to
+// s[q][c]: each a float product (exact: two f16 values) added in double one by one, in order, as vec_dot adds them;
+// the nq * n chains of adds side by side, where vec_dot runs one after the other (KDA's f_b and g_b rows are 48
+// values: all leftovers, and a chain of dependent adds per element of the product).
+GLM5NEXT_AVX512F void f16_leftovers(int64_t nq, int64_t n, const ggml_fp16_t * const * w, int64_t np, int64_t K,
+                                    const float * const * xr, double (*s)[kChunkRows]) {
+    for (int64_t i = np; i < K; ++i) {
+        for (int64_t q = 0; q < nq; ++q) {
+            const float wi = _cvtsh_ss(w[q][i]);
+            for (int64_t c = 0; c < n; ++c) s[q][c] += (double) (wi * xr[c][i]);
+        }
+    }
+}
+
+// This thread's share of the product: rows [M*ith/nth, M*(ith+1)/nth) of every matrix a column is routed to. Each
+// thread prepares the rows of x itself (no barrier inside an op).
+template <ggml_type W>
+GLM5NEXT_AVX512F void multiply(const RowsOperands & o, int ith, int nth) {
+    const int64_t r0 = o.M * ith / nth, r1 = o.M * (ith + 1) / nth, K = o.K;
+    if (r0 >= r1) return;
+    thread_local Scratch s;
+    const int64_t n_x = o.x_ne1 * o.T;
+    auto x_row = [&](int64_t i, int64_t t) { return (const float *) (o.x + i * o.x_nb1 + t * o.x_nb2); };
+    if constexpr (W == GGML_TYPE_F16) {  // as ggml_mul_mat converts x for vec_dot_f16: from_float to f16
+        const ggml_from_float_t to_f16 = ggml_get_type_traits_cpu(GGML_TYPE_F16)->from_float;
+        s.xr.resize(n_x * K);
+        s.xh.resize(K);
+        for (int64_t t = 0; t < o.T; ++t) {
+            for (int64_t i = 0; i < o.x_ne1; ++i) {
+                to_f16(x_row(i, t), s.xh.data(), K);
+                float * dst = s.xr.data() + (i + t * o.x_ne1) * K;
+                for (int64_t k = 0; k < K; ++k) dst[k] = _cvtsh_ss(s.xh[k]);
+            }
+        }
+    }
+    auto row_of = [&](int64_t j, int64_t t) -> const float * {
+        const int64_t i = j % o.x_ne1;
+        return W == GGML_TYPE_F16 ? s.xr.data() + (i + t * o.x_ne1) * K : x_row(i, t);
+    };
+    route_columns(o, s.cols);
+    const float * xr[kChunkRows];
+    const int64_t np = K & ~(kStep - 1);
+    constexpr int64_t kWRows = 4;  // weight rows whose leftovers run side by side
+    double dots[kWRows][kChunkRows];
+    const ggml_fp16_t * wq[kWRows];
+    for (int64_t e = 0; e < o.n_mat; ++e) {
+        const auto & cols = s.cols[e];
+        for (size_t c0 = 0; c0 < cols.size(); c0 += kChunkRows) {
+            const int64_t n = std::min<int64_t>(kChunkRows, (int64_t) (cols.size() - c0));
+            for (int64_t c = 0; c < n; ++c) xr[c] = row_of(cols[c0 + c].first, cols[c0 + c].second);
+            for (int64_t r = r0; r < r1; r += kWRows) {
+                const int64_t nq = std::min(kWRows, r1 - r);
+                for (int64_t q = 0; q < nq; ++q) {
+                    const char * wr = o.w + (r + q) * o.w_nb1 + e * o.w_nb2;
+                    dot_rows_n<W>(n, wr, K, xr, dots[q]);
+                    wq[q] = (const ggml_fp16_t *) wr;
+                }
+                if (W == GGML_TYPE_F16 && np < K) f16_leftovers(nq, n, wq, np, K, xr, dots);
+                for (int64_t q = 0; q < nq; ++q) {
+                    for (int64_t c = 0; c < n; ++c) {
+                        const auto [j, t] = cols[c0 + c];
+                        *(float *) (o.out + (r + q) * sizeof(float) + j * o.out_nb1 + t * o.out_nb2) = (float) dots[q][c];
+                    }
+                }
+            }
+        }
+    }
+}
+
+void float_rows_op(ggml_tensor * dst, int ith, int nth, void *) {
+    const RowsOperands o = RowsOperands::of(dst);
+    if (dst->src[0]->type == GGML_TYPE_F16) {
+        multiply<GGML_TYPE_F16>(o, ith, nth);
+    } else {
+        multiply<GGML_TYPE_F32>(o, ith, nth);
+    }
+}
+
+// The kernel against ggml's vec_dot of `type` on random rows (for f16 a row length with leftovers past the last 64;
+// 7 columns: a full chunk and a last one of 3), bit for bit.
+bool matches_vec_dot(ggml_type type) {
+    ggml_cpu_init();
+    const ggml_type_traits_cpu * traits = ggml_get_type_traits_cpu(type);
+    if (traits == nullptr || traits->vec_dot == nullptr || traits->vec_dot_type != type ||
+        (type == GGML_TYPE_F16 && traits->from_float == nullptr)) {
+        return false;
+    }
+    const int64_t K = type == GGML_TYPE_F16 ? 5 * kStep + 48 : 5 * kStep, M = 5, N = 7;
+    std::mt19937 rng(11);
+    std::normal_distribution<float> normal;
+    auto random_rows = [&](int64_t n) {
+        std::vector<float> v(n * K);
+        for (int64_t i = 0; i < n * K; ++i) v[i] = normal(rng) * (1.0f + (float) (i / K) * 3.0f);
+        return v;
+    };
+    const std::vector<float> wf = random_rows(M), x = random_rows(N);
+    const size_t elem = type == GGML_TYPE_F16 ? sizeof(ggml_fp16_t) : sizeof(float);
+    std::vector<char> w(M * K * elem), xv(N * K * elem);  // as vec_dot reads them: w and x in `type`
+    if (type == GGML_TYPE_F16) {
+        traits->from_float(wf.data(), w.data(), M * K);
+        traits->from_float(x.data(), xv.data(), N * K);
+    } else {
+        std::memcpy(w.data(), wf.data(), w.size());
+        std::memcpy(xv.data(), x.data(), xv.size());
+    }
+    std::vector<float> out(M * N);
+    const RowsOperands o = {w.data(), K * elem, M * K * elem, K, M, 1,
+                        (const char *) x.data(), K * sizeof(float), N * K * sizeof(float), N,
+                        nullptr, 0, 0, (char *) out.data(), M * sizeof(float), N * M * sizeof(float), N, 1};
+    if (type == GGML_TYPE_F16) {
+        multiply<GGML_TYPE_F16>(o, 0, 1);
+    } else {
+        multiply<GGML_TYPE_F32>(o, 0, 1);
+    }
+    for (int64_t j = 0; j < N; ++j) {
+        for (int64_t r = 0; r < M; ++r) {
+            float ref = 0.0f;
+            traits->vec_dot((int) K, &ref, 0, w.data() + r * K * elem, 0, xv.data() + j * K * elem, 0, 1);
+            if (std::memcmp(&ref, &out[j * M + r], sizeof(float)) != 0) return false;
+        }
+    }
+    return true;
+}
+
+bool cpu_supports() {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c") &&
+           __builtin_cpu_supports("avx512f");
+}
+
+}  // namespace
+
+bool float_rows_kernel_available(ggml_type type) {
+    static const bool f16 = cpu_supports() && matches_vec_dot(GGML_TYPE_F16);
+    static const bool f32 = cpu_supports() && matches_vec_dot(GGML_TYPE_F32);
+    return type == GGML_TYPE_F16 ? f16 : type == GGML_TYPE_F32 ? f32 : false;
+}
+
+bool float_rows_fit(const ggml_tensor * w) {
+    return (w->type == GGML_TYPE_F16 || (w->type == GGML_TYPE_F32 && w->ne[0] % kStep == 0)) &&
+           ggml_is_contiguous(w) && w->ne[3] == 1;
+}
+
+ggml_tensor * float_mul_mat_rows(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x, ggml_tensor * ids) {
+    if (!float_rows_fit(w)) {
+        throw std::invalid_argument(std::string("float_mul_mat_rows: w ") + w->name + " must be contiguous f16 [K, M] "
+                                    "or [K, M, n_mat], or f32 with K a multiple of 64");
+    }
+    check_rows_operands("float_mul_mat_rows", w, x, ids);
+    if (!float_rows_kernel_available(w->type)) {
+        throw std::invalid_argument(std::string("float_mul_mat_rows: this CPU lacks AVX-512 F, or the kernel differs "
+                                                "from ggml's ") + ggml_type_name(w->type) +
+                                    " vec_dot here (float_rows_kernel_available)");
+    }
+    const int64_t n_used = ids ? ids->ne[0] : x->ne[1];
+    ggml_tensor * args[] = {w, x, ids};
+    ggml_tensor * out = ggml_custom_4d(ctx, GGML_TYPE_F32, w->ne[1], n_used, x->ne[2], 1, args, ids ? 3 : 2,
+                                       float_rows_op, GGML_N_TASKS_MAX, nullptr);
+    ggml_set_name(out, w->type == GGML_TYPE_F16 ? kF16Name : kF32Name);
+    return out;
+}
+
+bool is_float_rows(const ggml_tensor * node) {
+    return node->op == GGML_OP_CUSTOM && (std::strcmp(node->name, kF16Name) == 0 || std::strcmp(node->name, kF32Name) == 0);
+}
+
+}  // namespace glm5next
