@@ -22,7 +22,8 @@
 // estimate of draft 1 below 1/4: news that the text changed), and stays after one accepted as expected that leaves
 // drafting unprofitable (every accepted probe used to bring it back: on held-out code, two probes in three accepted
 // and drafting never paying at -t 1 on the bundled model, that cost ~5% of decode time). Until can_pay is judged,
-// probes come every kProbeFirst rounds: each is a paired measure of what drafting costs against plain decoding.
+// an accepted probe brings the next within kProbeFirst rounds: each is a paired measure of what drafting costs
+// against plain decoding; rejected ones space out as they do after.
 #pragma once
 
 #include <cstddef>

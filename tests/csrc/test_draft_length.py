@@ -178,19 +178,36 @@ def test_probes_recover_drafting_after_a_phase_of_rejections():
     assert back <= 200 and high[-20:].count(3) >= 18  # the next probe within 128 rounds, then one every 8
 
 
+def probe_gaps(p, observe, rounds=600):
+    """The rounds between the drafting rounds of an n_max 1 policy over `rounds` rounds, each round's outcome told by
+    observe(k) (k: the drafts chosen)."""
+    drafted = []
+    for i in range(rounds):
+        k = p.choose(1)
+        if k:
+            drafted.append(i)
+        observe(k)
+    return [b - a for a, b in zip(drafted, drafted[1:])]
+
+
+def test_rejected_probes_space_out_before_their_costs_are_judged():
+    """Drafts never accepted (the bench preset's random weights) at costs that would pay if they were (one draft: 2
+    tokens in 1.7 ms against 1 in 1.0): every rejected probe doubles the interval from the first (8 rounds after the
+    prior's own first choice of a draft), not after nine probes every 8 rounds had judged can_pay; with nothing
+    judged, drafting stays possible."""
+    p = policy(n_max=1)
+    gaps = probe_gaps(p, lambda k: p.observe(k, 0, k + 1, 1, 0.2 if k else 0.0, 0.0, 1.0 + 0.5 * k))
+    assert gaps[:5] == [8, 16, 32, 64, 128] and p.can_pay()
+
+
 def test_rounds_that_draft_nothing_count_as_rejected_and_probes_space_out():
     """A round whose draft step stopped before drafting (p_min) counts as a rejected draft (it taught nothing, and
     one draft was chosen every round while the prior stood), and as a probe it gives can_pay no pair to judge: the
     probes space out (they came every 8 rounds for as long as the request ran)."""
     p = policy(n_max=1)
-    probes = []
-    for i in range(600):
-        k = p.choose(1)
-        if k:
-            probes.append(i)
-        p.observe(0, 0, 1, 1, 0.2 if k else 0.0, 0.0, 1.0, n_chosen=k)  # step 0 ran, p_min stopped the draft
-    gaps = [b - a for a, b in zip(probes, probes[1:])]
-    assert probes and p.can_pay() and gaps[-2:] == [128, 128]
+    # step 0 ran, p_min stopped the draft
+    gaps = probe_gaps(p, lambda k: p.observe(0, 0, 1, 1, 0.2 if k else 0.0, 0.0, 1.0, n_chosen=k))
+    assert gaps and p.can_pay() and gaps[-2:] == [128, 128]
 
 
 def test_n_min_keeps_positive_choices_at_least_n_min():
