@@ -46,13 +46,15 @@ ggml_tensor * BlockBuilder::mm(ggml_tensor * w, ggml_tensor * x) const {
     }
     // a matrix per batch (x [K, N, B]): batch b is "expert" b of every column
     ggml_tensor * xb = ggml_cont(ctx, ggml_permute(ctx, x, 0, 2, 1, 3));  // [K, B, N]
-    ggml_tensor * r = mm_id(w, xb, expert_ids(B, N));                     // [M, B, N]
+    ggml_tensor * ids = expert_ids(B, N);
+    ggml_tensor * r = rows_kernel(w) ? rows_mul_mat(w, xb, ids) : ggml_mul_mat_id(ctx, w, xb, ids);  // [M, B, N]
     return ggml_cont(ctx, ggml_permute(ctx, r, 0, 2, 1, 3));               // [M, N, B]
 }
 
 ggml_tensor * BlockBuilder::mm_id(ggml_tensor * w, ggml_tensor * x, ggml_tensor * ids) const {
     // the f16/f32 kernel widens x on every thread: a few rows only (f16 experts of a prompt ubatch take ggml's
-    // mul_mat_id, the same vec_dot per row); the q8_0 one quantizes many rows once, in the graph
+    // mul_mat_id, the same vec_dot per row); the q8_0 one quantizes many rows once, in the graph. (mm's products
+    // are of a few-row group or of up to kInvariantMaxRows rows: they take the kernels without this bound.)
     const bool ours = rows_kernel(w) && (w->type == GGML_TYPE_Q8_0 || ggml_nrows(x) <= kInvariantMaxRows);
     return ours ? rows_mul_mat(w, x, ids) : ggml_mul_mat_id(ctx, w, x, ids);
 }

@@ -155,8 +155,8 @@ public:
                       std::vector<Selection> & sels, bool attend_rows = true) const;
 
 private:
-    // ggml_mul_mat_id(w, x, ids) (the routed experts' products, mm's matrix per batch), through rows_mul_mat where
-    // rows_kernel(w).
+    // ggml_mul_mat_id(w, x, ids) (the routed experts' products), through rows_mul_mat where rows_kernel(w) (an f16
+    // or f32 expert's for up to kInvariantMaxRows rows of x).
     ggml_tensor * mm_id(ggml_tensor * w, ggml_tensor * x, ggml_tensor * ids) const;
     // Whether products with w take one of this project's kernels for a few rows: a matrix on the CPU in a layer
     // built with CPU kernels, q8_0 (graph/q8_0_rows_ops.h) or f16/f32 (graph/float_rows_ops.h: float_rows_fit), on a

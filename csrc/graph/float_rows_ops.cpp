@@ -222,8 +222,10 @@ bool float_rows_fit(const ggml_tensor * w) {
 
 ggml_tensor * float_mul_mat_rows(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x, ggml_tensor * ids) {
     if (!float_rows_fit(w)) {
-        throw std::invalid_argument(std::string("float_mul_mat_rows: w ") + w->name + " must be contiguous f16 [K, M] "
-                                    "or [K, M, n_mat], or f32 with K a multiple of 64");
+        throw std::invalid_argument(std::string("float_mul_mat_rows: w \"") + w->name + "\" (" + ggml_type_name(w->type) +
+                                    " [" + std::to_string(w->ne[0]) + ", " + std::to_string(w->ne[1]) + ", " +
+                                    std::to_string(w->ne[2]) + ", " + std::to_string(w->ne[3]) + "]) must be contiguous "
+                                    "f16 [K, M] or [K, M, n_mat], or such f32 with K a multiple of 64");
     }
     check_rows_operands("float_mul_mat_rows", w, x, ids);
     if (!float_rows_kernel_available(w->type)) {

@@ -1,7 +1,8 @@
 // Products of an f16 or f32 matrix with a few rows as one CPU op of our own, each element bit for bit what ggml's
 // vec_dot gives the row alone: the f16 and f32 counterpart of graph/q8_0_rows_ops.h (issue 24: the rows of several
-// sequences; issue 15: verify passes and draft steps). The f16 matrices are MLA's kv_a, k_b and v_b, the indexer's
-// keys and q_b, KDA's f/g/beta projections; the f32 ones the router, mHC's and the indexer's small projections.
+// sequences; issue 15: verify passes and draft steps). The f16 matrices are MLA's kv_a and k_b (per head), the
+// indexer's keys and q_b, KDA's f/g/beta projections; the f32 ones the router, mHC's and the indexer's small
+// projections (BlockBuilder::mm; v_b is applied by ggml_mul_mat over the attention's output, not through mm).
 #pragma once
 
 #include "ggml.h"

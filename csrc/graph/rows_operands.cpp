@@ -9,7 +9,10 @@ namespace glm5next {
 void check_rows_operands(const char * op, const ggml_tensor * w, const ggml_tensor * x, const ggml_tensor * ids) {
     if (x->type != GGML_TYPE_F32 || x->ne[0] != w->ne[0] || x->nb[0] != sizeof(float) || x->ne[3] != 1) {
         throw std::invalid_argument(std::string(op) + ": x must be f32 [" + std::to_string(w->ne[0]) +
-                                    ", n, T] with contiguous rows, got ne0 " + std::to_string(x->ne[0]));
+                                    ", n, T] with contiguous rows, got " + ggml_type_name(x->type) + " [" +
+                                    std::to_string(x->ne[0]) + ", " + std::to_string(x->ne[1]) + ", " +
+                                    std::to_string(x->ne[2]) + ", " + std::to_string(x->ne[3]) + "], nb0 " +
+                                    std::to_string(x->nb[0]));
     }
     if (ids == nullptr && w->ne[2] != 1) {
         throw std::invalid_argument(std::string(op) + ": several matrices need ids to route the rows");

@@ -247,13 +247,17 @@ void DraftLengthPolicy::observe(int n_drafted, int n_accepted, int verify_rows, 
         probing_ = false;
         // a probe that drafted nothing or was cut short (p_min, a grammar, n_min) gives can_pay no pair: counted as
         // rejected, or probes would come every kProbeFirst rounds for as long as no judgment could be made
-        // While can_pay is not judged, an accepted probe brings the next within kProbeFirst rounds (a paired measure
-        // more); a rejected one spaces them out as after the judgment: drafting that nothing is accepted of needs no
-        // judgment of its costs, and nine probes every kProbeFirst rounds each lost ~0.8 of a round (the bench preset
-        // q8_0, random weights, at 4 sequences: every batch size's policy paid them in its first ~80 rounds).
+        // While can_pay is not judged, the next probe comes within kProbeFirst rounds (a paired measure more) after an
+        // accepted one, or while the pairs so far say drafting cannot pay (a quick judgment stops the draft-head
+        // rows: bundled model q8_0, -t 1). A rejected probe where drafting could pay, if accepted, spaces them out as
+        // after the judgment: drafting nothing is accepted of needs no judgment of its costs, and nine probes every
+        // kProbeFirst rounds each lost ~0.8 of a round (the bench preset q8_0, random weights, at 4 sequences: every
+        // batch size's policy paid them in its first ~80 rounds).
         const bool paired = probe_length(n_drafted, verify_rows);
-        if (news || best(n_max_) > 0 || (paired && accepted_probe && probe_ms_.count() < RecentCost::kWindow)) {
-            probe_interval_ = kProbeFirst;  // news, drafting pays now, or an accepted probe's costs await the judgment
+        const bool unjudged = paired && probe_ms_.count() < RecentCost::kWindow;
+        const bool could_pay = probe_ms_.count() > 0 && (shortest() + 1) * before_ms_.get() >= kMinGain * probe_ms_.get();
+        if (news || best(n_max_) > 0 || (unjudged && (accepted_probe || !could_pay))) {
+            probe_interval_ = kProbeFirst;  // news, drafting pays now, or the judgment is wanted soon
         } else if (!accepted_probe) {
             probe_interval_ = std::min(2 * probe_interval_, kProbeMost);  // rejected: the next probe waits longer
         }  // accepted as expected, drafting still not paying: the same interval

@@ -22,8 +22,8 @@
 // estimate of draft 1 below 1/4: news that the text changed), and stays after one accepted as expected that leaves
 // drafting unprofitable (every accepted probe used to bring it back: on held-out code, two probes in three accepted
 // and drafting never paying at -t 1 on the bundled model, that cost ~5% of decode time). Until can_pay is judged,
-// an accepted probe brings the next within kProbeFirst rounds: each is a paired measure of what drafting costs
-// against plain decoding; rejected ones space out as they do after.
+// probes come every kProbeFirst rounds, each a paired measure of what drafting costs against plain decoding, unless
+// they are rejected while the pairs so far say drafting could pay if accepted: those space out as they do after.
 #pragma once
 
 #include <cstddef>
@@ -100,7 +100,7 @@ public:
     // A round without drafts because drafting cannot pay (the Generator's dormant rounds), counted for reconsider.
     void observe_dormant() { ++dormant_rounds_; }
     // At a request's start (Generator::start): after kReconsiderAfter dormant rounds, can_pay is judged anew from
-    // fresh paired probes (probes every kProbeFirst rounds again), so that a server slot that judged while the
+    // fresh paired probes (the probes' spacing starts again at kProbeFirst), so that a server slot that judged while the
     // machine was busy does not decode without drafts for the rest of its life. Returns whether it did. (At a
     // request's start, not mid-request: the dormant rounds wrote no draft-head rows, and a request's prompt resumes
     // only where the draft head's rows end, Sequence::resume; the caller asks reconsider_due first and weighs that.)

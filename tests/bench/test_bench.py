@@ -218,6 +218,9 @@ def test_op_profile_times_the_graphs_of_a_generation_with_and_without_drafts(cap
     # a few-row group's rows each as alone: our q8_0 kernel where the CPU runs it, else ggml's mul_mat_id
     few_rows = "CUSTOM q8_0 rows" if _testing.q8_0_rows_kernel_available() else "MUL_MAT_ID q8_0 row by row"
     assert few_rows in drafts["verify 3 rows"]["ops"]
+    # and its f16 matrices (MLA's kv_a, KDA's projections) by the f16 kernel, else the same mul_mat_id
+    few_f16 = "CUSTOM f16 rows" if _testing.float_rows_kernel_available("f16") else "MUL_MAT_ID f16 row by row"
+    assert few_f16 in drafts["verify 3 rows"]["ops"]
     rc, out, _ = _run(capsys, argv)
     assert rc == 0 and "op profile of tg6 mtp2" in out and "| drafts    | verify 3 rows" in out
     rc, _, err = _run(capsys, argv[:8] + ["--op-profile"])

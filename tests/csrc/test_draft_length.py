@@ -200,6 +200,23 @@ def test_rejected_probes_space_out_before_their_costs_are_judged():
     assert gaps[:5] == [8, 16, 32, 64, 128] and p.can_pay()
 
 
+def test_rejected_probes_where_drafting_cannot_pay_keep_every_8_rounds_until_it_is_judged():
+    """The same rejected probes where even fully accepted drafts cannot pay (2 tokens in 2.1 ms against 1 in 1.0, the
+    bundled model at -t 1): the probes keep every 8 rounds until nine pairs judge it, so that the draft-head rows
+    stop soon. (A Generator asks no more once it cannot pay.)"""
+    p = policy(n_max=1)
+    drafted, judged_at = [], None
+    for i in range(300):
+        k = p.choose(1)
+        if k:
+            drafted.append(i)
+        p.observe(k, 0, k + 1, 1, 0.2 if k else 0.0, 0.0, 1.0 + 0.9 * k)
+        if judged_at is None and not p.can_pay():
+            judged_at = len(drafted)
+    assert judged_at == 9
+    assert [b - a for a, b in zip(drafted, drafted[1:])][:judged_at - 1] == [8] * (judged_at - 1)
+
+
 def test_rounds_that_draft_nothing_count_as_rejected_and_probes_space_out():
     """A round whose draft step stopped before drafting (p_min) counts as a rejected draft (it taught nothing, and
     one draft was chosen every round while the prior stood), and as a probe it gives can_pay no pair to judge: the
@@ -391,8 +408,8 @@ def test_a_generator_whose_policy_cannot_pay_decodes_as_without_speculation(mode
 def test_rows_deferred_by_rounds_without_drafts_are_written(model):
     """After an adaptive generation (rounds without drafts defer the draft head's rows), the sequence resumes at
     its end and drafts exactly as a fresh sequence that wrote every row. (60 tokens: too few rounds for the policy
-    to judge that drafting cannot pay on these small files, nine paired probes eight rounds apart, after which it
-    would write no rows at all.)"""
+    to judge that drafting cannot pay on these small files, nine paired probes at least eight rounds apart, after
+    which it would write no rows at all.)"""
     prompt = random_tokens(80, seed=5)
     tokens, stats = generate(model, prompt, 60, adaptive=True)
     assert model.generator(temperature=0).policy.can_pay() and stats["rounds_at_length"][0] > 0

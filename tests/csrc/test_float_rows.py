@@ -2,8 +2,8 @@
 bit, what ggml's CPU backend gives the row multiplied alone (ggml_mul_mat of one row: vec_dot_f16 / vec_dot_f32),
 and what ggml's row-by-row mul_mat_id gives it (the path BlockBuilder::mm took before), so a decode row, the same
 row in a verify pass and in a step of several sequences agree exactly (tests/csrc/test_batch_invariance.py checks
-that through the model, on f32 and f16 files too). It is ggml's reference here, not numpy: numpy only checks that it
-is a product."""
+that through the model on q8_0 and q4_0 files, whose MLA, indexer and KDA projections are f16 and whose router and
+mHC projections are f32). It is ggml's reference here, not numpy: numpy only checks that it is a product."""
 from __future__ import annotations
 
 import numpy as np
@@ -62,8 +62,8 @@ def test_each_row_of_a_product_equals_the_row_multiplied_alone(weight_type, K, n
 @needs_avx512f
 @pytest.mark.parametrize("weight_type,K", [("f16", 48), ("f16", 128), ("f32", 192)])
 def test_a_matrix_per_head_equals_ggml_mul_mat_id(weight_type, K):
-    """As BlockBuilder::mm routes a matrix per batch (MLA's k_b and v_b per head): x [K, n_head, T], head h of
-    every token to matrix h."""
+    """As BlockBuilder::mm routes a matrix per batch (MLA's k_b per head): x [K, n_head, T], head h of every token
+    to matrix h."""
     rng = np.random.default_rng(K)
     n_head, T = 4, 5
     w = _rows(rng, n_head, 24, K)
@@ -76,14 +76,17 @@ def test_a_matrix_per_head_equals_ggml_mul_mat_id(weight_type, K):
 
 
 @needs_avx512f
-def test_routed_rows_equal_ggml_mul_mat_id():
-    """Rows routed to several matrices, some to none, x broadcast over the ids (j % n)."""
-    rng = np.random.default_rng(3)
-    w = _rows(rng, 6, 19, 192)
-    x = _rows(rng, 7, 1, 192)
-    ids = np.stack([rng.permutation(6)[:3] for _ in range(7)]).astype(np.int32)
-    ours = _testing.float_product(w, x, ids)
-    assert np.array_equal(ours, _testing.float_product(w, x, ids, ggml_kernel=True))
+@pytest.mark.parametrize("weight_type,K,n_x", [("f16", 192, 1), ("f16", 96, 2), ("f32", 128, 1), ("f32", 64, 3)])
+def test_routed_rows_equal_ggml_mul_mat_id(weight_type, K, n_x):
+    """Rows routed to several matrices, some to none, x broadcast over the ids (j % n: one row per token, or n_x
+    rows for 6 routed columns, as the MoE's gate and down products take them)."""
+    rng = np.random.default_rng(K + n_x)
+    w = _rows(rng, 8, 19, K)
+    x = _rows(rng, 7, n_x, K)
+    ids = np.stack([rng.permutation(8)[:6] for _ in range(7)]).astype(np.int32)
+    ours = _testing.float_product(w, x, ids, weight_type=weight_type)
+    assert ours.shape == (7, 6, 19)
+    assert np.array_equal(ours, _testing.float_product(w, x, ids, weight_type=weight_type, ggml_kernel=True))
 
 
 @needs_avx512f
