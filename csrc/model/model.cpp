@@ -158,7 +158,9 @@ ggml_backend_dev_t device_of(ggml_backend_buffer_t buffer) {
     return dev ? dev : ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
 }
 
-ggml_backend_dev_t device_of(const ggml_tensor * weight) { return device_of(weight->buffer); }
+ggml_backend_dev_t device_of(const ggml_tensor * weight) {
+    return device_of(weight->buffer || weight->view_src == nullptr ? weight->buffer : weight->view_src->buffer);
+}
 
 bool on_cpu(const ggml_tensor * weight) {
     return ggml_backend_dev_type(device_of(weight)) == GGML_BACKEND_DEVICE_TYPE_CPU;

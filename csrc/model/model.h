@@ -68,7 +68,8 @@ private:
 // The device whose memory holds `buffer`: its buffer type's device, the CPU for ggml's CPU buffer types (which
 // name no device) and the memory-mapped file.
 ggml_backend_dev_t device_of(ggml_backend_buffer_t buffer);
-// The device whose memory holds `weight` (see above).
+// The device whose memory holds `weight` (see above); a view's is its source's (a view gets its buffer only when a
+// graph is allocated: a view of a cache on another device, built into a graph, has none yet and is not on the CPU).
 ggml_backend_dev_t device_of(const ggml_tensor * weight);
 // Whether `weight` lives in CPU memory (the mapping or a CPU buffer).
 bool on_cpu(const ggml_tensor * weight);
