@@ -107,8 +107,7 @@ GLM5NEXT_AVX512F void multiply(const RowsOperands & o, int ith, int nth) {
         for (int64_t t = 0; t < o.T; ++t) {
             for (int64_t i = 0; i < o.x_ne1; ++i) {
                 to_f16(x_row(i, t), s.xh.data(), K);
-                float * dst = s.xr.data() + (i + t * o.x_ne1) * K;
-                for (int64_t k = 0; k < K; ++k) dst[k] = _cvtsh_ss(s.xh[k]);
+                ggml_fp16_to_fp32_row(s.xh.data(), s.xr.data() + (i + t * o.x_ne1) * K, K);  // exact
             }
         }
     }
@@ -166,13 +165,7 @@ bool matches_vec_dot(ggml_type type) {
     }
     const int64_t K = type == GGML_TYPE_F16 ? 5 * kStep + 48 : 5 * kStep, M = 5, N = 7;
     std::mt19937 rng(11);
-    std::normal_distribution<float> normal;
-    auto random_rows = [&](int64_t n) {
-        std::vector<float> v(n * K);
-        for (int64_t i = 0; i < n * K; ++i) v[i] = normal(rng) * (1.0f + (float) (i / K) * 3.0f);
-        return v;
-    };
-    const std::vector<float> wf = random_rows(M), x = random_rows(N);
+    const std::vector<float> wf = check_rows(rng, M, K), x = check_rows(rng, N, K);
     const size_t elem = type == GGML_TYPE_F16 ? sizeof(ggml_fp16_t) : sizeof(float);
     std::vector<char> w(M * K * elem), xv(N * K * elem);  // as vec_dot reads them: w and x in `type`
     if (type == GGML_TYPE_F16) {

@@ -194,13 +194,7 @@ bool matches_vec_dot() {
     }
     const int64_t K = 37 * kBlock, M = 5, N = 11, nb = K / kBlock;
     std::mt19937 rng(7);
-    std::normal_distribution<float> normal;
-    auto random_rows = [&](int64_t n) {
-        std::vector<float> v(n * K);
-        for (int64_t i = 0; i < n * K; ++i) v[i] = normal(rng) * (1.0f + (float) (i / K) * 3.0f);
-        return v;
-    };
-    std::vector<float> wf = random_rows(M), x = random_rows(N);
+    std::vector<float> wf = check_rows(rng, M, K), x = check_rows(rng, N, K);
     std::vector<BlockQ8> w(M * nb), xq(N * nb);
     for (int64_t r = 0; r < M; ++r) traits->from_float(wf.data() + r * K, w.data() + r * nb, K);
     for (int64_t r = 0; r < N; ++r) traits->from_float(x.data() + r * K, xq.data() + r * nb, K);

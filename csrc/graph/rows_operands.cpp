@@ -44,4 +44,11 @@ void route_columns(const RowsOperands & o, RowsColumns & cols) {
     }
 }
 
+std::vector<float> check_rows(std::mt19937 & rng, int64_t n, int64_t K) {
+    std::normal_distribution<float> normal;
+    std::vector<float> v(n * K);
+    for (int64_t i = 0; i < n * K; ++i) v[i] = normal(rng) * (1.0f + (float) (i / K) * 3.0f);
+    return v;
+}
+
 }  // namespace glm5next

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <random>
 #include <utility>
 #include <vector>
 
@@ -38,5 +39,9 @@ struct RowsOperands {
 // in order of t then j: cols[e] (cols is resized to at least n_mat entries, the first n_mat cleared first).
 using RowsColumns = std::vector<std::vector<std::pair<int64_t, int64_t>>>;
 void route_columns(const RowsOperands & o, RowsColumns & cols);
+
+// n rows of K random values for a kernel's check against ggml's vec_dot (q8_0_rows_kernel_available,
+// float_rows_kernel_available): normal values, row r scaled by 1 + 3r (rows of several scales), row-major.
+std::vector<float> check_rows(std::mt19937 & rng, int64_t n, int64_t K);
 
 }  // namespace glm5next

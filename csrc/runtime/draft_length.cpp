@@ -255,7 +255,7 @@ void DraftLengthPolicy::observe(int n_drafted, int n_accepted, int verify_rows, 
         // batch size's policy paid them in its first ~80 rounds).
         const bool paired = probe_length(n_drafted, verify_rows);
         const bool unjudged = paired && probe_ms_.count() < RecentCost::kWindow;
-        const bool could_pay = probe_ms_.count() > 0 && (shortest() + 1) * before_ms_.get() >= kMinGain * probe_ms_.get();
+        const bool could_pay = probe_ms_.count() > 0 && !pairs_miss_min_gain();
         if (news || best(n_max_) > 0 || (unjudged && (accepted_probe || !could_pay))) {
             probe_interval_ = kProbeFirst;  // news, drafting pays now, or the judgment is wanted soon
         } else if (!accepted_probe) {
@@ -317,10 +317,11 @@ void DraftLengthPolicy::judge(int n_drafted, int verify_rows, double round_ms, d
     }
     plain_sum_ = 0.0;
     plain_n_ = 0;
-    if (probe_ms_.count() >= RecentCost::kWindow &&
-        (shortest() + 1) * before_ms_.get() < kMinGain * probe_ms_.get()) {
-        gave_up_ = true;
-    }
+    if (probe_ms_.count() >= RecentCost::kWindow && pairs_miss_min_gain()) gave_up_ = true;
+}
+
+bool DraftLengthPolicy::pairs_miss_min_gain() const {
+    return (shortest() + 1) * before_ms_.get() < kMinGain * probe_ms_.get();
 }
 
 bool DraftLengthPolicy::reconsider() {

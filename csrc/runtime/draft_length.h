@@ -151,6 +151,9 @@ private:
     // can_pay's judgment, told each round's drafts and verify rows, its cost and the cost of a round without drafts
     // (its verify pass and the caller's time), in ms.
     void judge(int n_drafted, int verify_rows, double round_ms, double plain_ms);
+    // Whether the probes' pairs so far (probe_ms_, before_ms_; some) say a fully accepted probe would emit fewer than
+    // kMinGain times the tokens per ms of plain decoding: judge's verdict once there are kWindow of them.
+    bool pairs_miss_min_gain() const;
     // acceptance of draft i + 1 given the earlier ones were accepted, from position i's counts and `before`, the
     // estimate of the position before it (the prior for the first)
     double next_acceptance(int i, double before) const;
