@@ -20,7 +20,15 @@ from . import _core
 
 # The scratch prompt: two tokens (ids valid in every vocabulary); its rows only give the rounds a context.
 SCRATCH_PROMPT = [0, 1]
-# Rounds of a kind in a row after each start, per turn (the start's two-row prompt is not timed, and later turns
+# Rounds of a kind in a row after each start that are not timed: a round runs slower after rounds of another kind
+# (their weights and caches took the CPU's caches), and a kind timed right after another was priced as it never runs
+# in a generation, where rounds of one kind follow each other. Bundled model q8_0 at -t 1, 384 rows of context: plain
+# rounds after a one-draft round took 1.23x, 1.08x, 1.04x, then 1.0x the time of a plain stream's; with kinds timed
+# right after each other, the first round of each, a verify pass of 2 rows was priced at 1.3-1.45 plain rounds where
+# it costs 1.6-1.8 in a stream of one-draft rounds (median of 250 rounds each), and the first requests of a fresh
+# process drafted where drafting loses 13% (fixed one draft at acceptance 0.62: 0.87x plain decoding).
+WARM_ROUNDS = 2
+# Rounds of a kind timed per turn, after its WARM_ROUNDS (the start's two-row prompt is not timed, and later turns
 # share it among more rounds): one in the first, so that a model whose rounds take tens of ms (the bench preset at
 # -t 1: ~40 ms for 4 rows) stays near the 200 ms budget; at most 9 in all, the policy's window of recent timings
 # (kWindow).
@@ -33,8 +41,9 @@ MIN_RATIO = 0.01
 class DraftCalibration:
     """prior: the costs (_core.RoundCostPrior, units of a round without drafts); measured_next: whether the later
     draft steps were timed (n_max > 1; else prior.next is the built-in ratio); warmup_ms: the first round of each kind
-    (the weights first touched: what llama-server's warmup run pays at load); timed_ms: the timed rounds; rounds: the
-    fewest timed rounds of a kind (the first kinds may have had a turn more)."""
+    (the weights first touched: what llama-server's warmup run pays at load); timed_ms: the turns after it, their
+    untimed rounds included; rounds: the fewest timed rounds of a kind (the first kinds may have
+    had a turn more)."""
     prior: _core.RoundCostPrior
     measured_next: bool
     warmup_ms: float
@@ -93,25 +102,31 @@ def time_rounds(engine: _core.Engine, n_max: int, budget_s: float, sequence_args
     the built-in ratio to step 0, scaled to the measured step 0). The rounds run on one scratch sequence
     (sequence_args: _core.Seq's, the model's cache type), freed on return: one, not one per kind, for the real
     model's KDA states take ~140 MiB per sequence. Each turn starts a kind's generator anew on the two-token scratch
-    prompt (untimed) and times TURN_ROUNDS rounds, so that the kinds can take turns: the machine's swings then reach
-    all of them alike. A warmup round of each kind comes first (the weights first touched, the scratch sequence's
-    graphs built; reported apart, outside the budget); then turns are timed in order, one of each kind at least (one
-    round each), more while less than budget_s seconds have passed since the warmup: the budget is exceeded by at
-    most one turn, or by one turn of each kind when a model's rounds are slower than budget_s / (n_max + 1).
+    prompt and runs WARM_ROUNDS rounds (untimed), then times TURN_ROUNDS rounds, so that the kinds can take turns:
+    the machine's swings then reach all of them alike, and each is timed as it runs after rounds of its own kind. A
+    warmup round of each kind comes first (the weights first touched, the scratch sequence's graphs built; reported
+    apart, outside the budget: as a kind's untimed rounds instead, the first kind timed touched weights that no
+    round had: in one load each at -t 1, the bench preset's verify passes of 2..4 rows were priced at 1.31, 1.50,
+    1.72 plain rounds, against 1.75, 2.32, 2.47 with the warmup apart); then turns are timed in order, one of each kind at least (one timed round each), more
+    while less than budget_s seconds have passed since the warmup: the budget is exceeded by at most one turn, or by
+    one turn of each kind when a model's turns are slower than budget_s / (n_max + 1).
 
     Raises what _core.Seq and _core.Generator raise: RuntimeError when a device cannot hold the scratch caches,
     ValueError for n_max < 1, n_max >= the engine's n_batch, or logits that are NaN.
     """
     if n_max < 1:
         raise ValueError(f"draft calibration: n_max = {n_max}: must be >= 1")
-    seq = _core.Seq(engine, len(SCRATCH_PROMPT) + max(TURN_ROUNDS) * (n_max + 1),
+    seq = _core.Seq(engine, len(SCRATCH_PROMPT) + (WARM_ROUNDS + max(TURN_ROUNDS)) * (n_max + 1),
                     **dict(sequence_args, n_checkpoints=0, draft_rows=True))
     kinds = [_core.Generator(seq, n_max=k, synthetic_accepted=float(k) if k else -1.0, adaptive=False,
                              temperature=0.0) for k in range(n_max + 1)]
 
-    def turn(k: int, rounds: int) -> list[tuple[float, float]]:
-        """`rounds` rounds of kind k after a fresh start: (verify ms, draft ms) of each."""
+    def turn(k: int, rounds: int, warm: int = WARM_ROUNDS) -> list[tuple[float, float]]:
+        """`rounds` rounds of kind k timed after a fresh start and `warm` untimed rounds: (verify ms, draft ms) of
+        each."""
         kinds[k].start(SCRATCH_PROMPT, cache_prompt=False)
+        for _ in range(warm):
+            kinds[k].step()
         out = []
         for _ in range(rounds):
             before = kinds[k].stats
@@ -122,7 +137,7 @@ def time_rounds(engine: _core.Engine, n_max: int, budget_s: float, sequence_args
 
     t0 = time.perf_counter()
     for k in range(len(kinds)):
-        turn(k, 1)  # first touches the weights, builds the scratch sequence's graphs
+        turn(k, 0, warm=1)  # first touches the weights, builds the scratch sequence's graphs
     t1 = time.perf_counter()
     samples: list[list[tuple[float, float]]] = [[] for _ in kinds]
     for i in range(len(TURN_ROUNDS) * len(kinds)):  # kinds in turn; each at least once, then while the budget lasts

@@ -140,3 +140,49 @@ def test_the_load_leaves_no_openmp_team_behind_for_a_generation_thread(predictab
     before, marker, after = out.stderr.partition("main thread generated")
     assert marker and "ggml graphs now run on" not in before
     assert "ggml graphs now run on 2 live threads" in after
+
+
+def test_each_kind_is_timed_after_rounds_of_its_own_kind(model, monkeypatch):
+    """A round runs slower after rounds of another kind (their weights took the CPU's caches): each turn times its
+    rounds only after WARM_ROUNDS rounds of its own kind since its start, so that every kind is priced as it runs in
+    a generation (bundled model q8_0 at -t 1: a 2-row verify pass timed right after other kinds cost 1.3-1.45 plain
+    rounds, 1.6-1.8 in a stream of one-draft rounds)."""
+    from glm5next_runtime import _core, draft_calibration
+
+    events = []  # (generator index, "start" | "step" | "stats")
+
+    class Recorded:
+        def __init__(self, *args, **kwargs):
+            self.inner, self.i = _core.Generator(*args, **kwargs), len(Recorded.made)
+            Recorded.made.append(self)
+
+        def start(self, *args, **kwargs):
+            events.append((self.i, "start"))
+            return self.inner.start(*args, **kwargs)
+
+        def step(self, *args):
+            events.append((self.i, "step"))
+            return self.inner.step(*args)
+
+        @property
+        def stats(self):
+            events.append((self.i, "stats"))
+            return self.inner.stats
+
+    Recorded.made = []
+    monkeypatch.setattr(draft_calibration, "_core", type("Core", (), {"Generator": Recorded, "Seq": _core.Seq,
+                                                                     "DraftLengthPolicy": _core.DraftLengthPolicy,
+                                                                     "RoundCostPrior": _core.RoundCostPrior}))
+    draft_calibration.calibrate(model.engine, 2, 0.05, {"cache_type": "f16"})
+    timed, since_start, last = 0, 0, None
+    for i, what in events:
+        if what == "start":
+            last, since_start = i, 0
+            continue
+        assert i == last, "a kind's rounds ran in another kind's turn"
+        if what == "step":
+            since_start += 1
+        elif since_start < draft_calibration.WARM_ROUNDS + 1:  # the stats read before a timed round's step
+            assert since_start == draft_calibration.WARM_ROUNDS, f"a round timed after {since_start} of its kind"
+            timed += 1
+    assert draft_calibration.WARM_ROUNDS >= 2 and timed >= 3  # one turn of each kind at least, each timed
