@@ -1,7 +1,5 @@
 #include "graph/float_rows_ops.h"
 
-#include <immintrin.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -13,7 +11,11 @@
 #include "ggml-cpu.h"
 #include "graph/rows_operands.h"
 
+#if GLM5NEXT_X86_KERNELS
+#include <immintrin.h>
+
 #define GLM5NEXT_AVX512F __attribute__((target("avx2,fma,f16c,avx512f")))
+#endif
 
 namespace glm5next {
 
@@ -24,6 +26,7 @@ constexpr const char * kF32Name = "f32_rows";
 constexpr int64_t kStep = 64;  // values per step: GGML_F32_STEP (= GGML_F16_STEP) on AVX-512, 4 registers of 16
 constexpr int kChunkRows = 4;  // rows of x per pass over a weight row: 4 x 4 accumulators, 4 weight registers
 
+#if GLM5NEXT_X86_KERNELS
 // Per thread: x's rows as the kernel reads them (f16 weights: rounded to f16 by ggml's from_float, widened back,
 // exactly) and the columns of each matrix.
 struct Scratch {
@@ -200,12 +203,19 @@ bool cpu_supports() {
            __builtin_cpu_supports("avx512f");
 }
 
+#endif  // GLM5NEXT_X86_KERNELS
+
 }  // namespace
 
 bool float_rows_kernel_available(ggml_type type) {
+#if !GLM5NEXT_X86_KERNELS
+    (void) type;
+    return false;  // AVX-512 code, compiled for x86-64 only (rows_operands.h)
+#else
     static const bool f16 = cpu_supports() && matches_vec_dot(GGML_TYPE_F16);
     static const bool f32 = cpu_supports() && matches_vec_dot(GGML_TYPE_F32);
     return type == GGML_TYPE_F16 ? f16 : type == GGML_TYPE_F32 ? f32 : false;
+#endif
 }
 
 bool float_rows_fit(const ggml_tensor * w) {
@@ -226,12 +236,16 @@ ggml_tensor * float_mul_mat_rows(ggml_context * ctx, ggml_tensor * w, ggml_tenso
                                                 "from ggml's ") + ggml_type_name(w->type) +
                                     " vec_dot here (float_rows_kernel_available)");
     }
+#if !GLM5NEXT_X86_KERNELS
+    return nullptr;  // not reached: never available off x86-64 (above)
+#else
     const int64_t n_used = ids ? ids->ne[0] : x->ne[1];
     ggml_tensor * args[] = {w, x, ids};
     ggml_tensor * out = ggml_custom_4d(ctx, GGML_TYPE_F32, w->ne[1], n_used, x->ne[2], 1, args, ids ? 3 : 2,
                                        float_rows_op, GGML_N_TASKS_MAX, nullptr);
     ggml_set_name(out, w->type == GGML_TYPE_F16 ? kF16Name : kF32Name);
     return out;
+#endif
 }
 
 bool is_float_rows(const ggml_tensor * node) {

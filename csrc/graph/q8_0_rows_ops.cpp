@@ -1,7 +1,5 @@
 #include "graph/q8_0_rows_ops.h"
 
-#include <immintrin.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -13,7 +11,11 @@
 #include "ggml-cpu.h"
 #include "graph/rows_operands.h"
 
+#if GLM5NEXT_X86_KERNELS
+#include <immintrin.h>
+
 #define GLM5NEXT_AVX512 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
+#endif
 
 namespace glm5next {
 
@@ -36,6 +38,7 @@ constexpr int kPairs = 4;
 constexpr int64_t kQuantizeInGraph = 16;
 constexpr int kChunkRows = 2 * kPairs;
 
+#if GLM5NEXT_X86_KERNELS
 // What one product reads and writes (x: f32 rows, or q8_0 ones when x_q8_0).
 struct Operands : RowsOperands {
     bool x_q8_0;  // x quantized already (by a copy node before the op: kQuantizeInGraph)
@@ -213,9 +216,14 @@ bool matches_vec_dot() {
     return true;
 }
 
+#endif  // GLM5NEXT_X86_KERNELS
+
 }  // namespace
 
 bool q8_0_rows_kernel_available() {
+#if !GLM5NEXT_X86_KERNELS
+    return false;  // AVX-512 code, compiled for x86-64 only (rows_operands.h)
+#else
     static const bool available = [] {
         __builtin_cpu_init();
         const bool cpu = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c") &&
@@ -224,6 +232,7 @@ bool q8_0_rows_kernel_available() {
         return cpu && matches_vec_dot();
     }();
     return available;
+#endif
 }
 
 ggml_tensor * q8_0_mul_mat_rows(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x, ggml_tensor * ids) {
@@ -236,6 +245,9 @@ ggml_tensor * q8_0_mul_mat_rows(ggml_context * ctx, ggml_tensor * w, ggml_tensor
         throw std::invalid_argument("q8_0_mul_mat_rows: this CPU lacks AVX-512 F/BW/VL/VNNI, or the kernel differs "
                                     "from ggml's vec_dot here (q8_0_rows_kernel_available)");
     }
+#if !GLM5NEXT_X86_KERNELS
+    return nullptr;  // not reached: never available off x86-64 (above)
+#else
     const int64_t n_used = ids ? ids->ne[0] : x->ne[1];
     if (x->ne[1] * x->ne[2] > kQuantizeInGraph) {  // quantized once, by ggml's threads (its CPU copy: from_float)
         ggml_tensor * flat = ggml_reshape_2d(ctx, ggml_is_contiguous(x) ? x : ggml_cont(ctx, x), x->ne[0], x->ne[1] * x->ne[2]);
@@ -247,6 +259,7 @@ ggml_tensor * q8_0_mul_mat_rows(ggml_context * ctx, ggml_tensor * w, ggml_tensor
                                        q8_0_rows_op, GGML_N_TASKS_MAX, nullptr);
     ggml_set_name(out, kOpName);
     return out;
+#endif
 }
 
 bool is_q8_0_rows(const ggml_tensor * node) {
