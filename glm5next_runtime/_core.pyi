@@ -545,10 +545,6 @@ class DraftLengthPolicy:
         """
         Expected tokens a round with k drafts emits.
         """
-    def give_up(self) -> None:
-        """
-        Gives drafting up as its own probe pairs would (can_pay false until reconsider), on another policy's judgment: a batch of more sequences when one of fewer cannot pay (Scheduler.batch_policy).
-        """
     def observe(self, n_drafted: typing.SupportsInt | typing.SupportsIndex, n_accepted: typing.SupportsInt | typing.SupportsIndex, verify_rows: typing.SupportsInt | typing.SupportsIndex, pending_rows: typing.SupportsInt | typing.SupportsIndex, first_ms: typing.SupportsFloat | typing.SupportsIndex, next_ms: typing.SupportsFloat | typing.SupportsIndex, verify_ms: typing.SupportsFloat | typing.SupportsIndex, between_ms: typing.SupportsFloat | typing.SupportsIndex = -1.0, n_chosen: typing.SupportsInt | typing.SupportsIndex = -1) -> None:
         """
         A round's outcome: drafts, accepted drafts (a prefix), rows verified, draft-head rows step 0 wrote, step 0 ms, later steps' ms, verify ms, the caller's ms since the last round (< 0: unknown), the drafts choose allowed (< 0: as drafted; one not produced after accepted ones counts as rejected).
@@ -564,11 +560,6 @@ class DraftLengthPolicy:
     def reconsider(self) -> bool:
         """
         At a request's start: after RECONSIDER_AFTER dormant rounds, can_pay is judged anew from fresh probes. Returns whether it was.
-        """
-    @property
-    def judged(self) -> bool:
-        """
-        Whether can_pay was judged: 9 probe pairs told, or given up (give_up included).
         """
     @property
     def n_max(self) -> int:

@@ -151,8 +151,6 @@ class Scheduler:
         # drafting costs a batch of that size and how much of it is accepted, learned over the scheduler's life (a
         # generation's own policy prices its rounds alone)
         self._batch_policies: dict[tuple[int, int, int], _core.DraftLengthPolicy] = {}
-        # the batch policies that took a smaller batch's verdict (batch_policy): once each, later they judge alone
-        self._inherited: set[tuple[int, int, int]] = set()
 
     def start(self) -> Scheduler:
         """Start the scheduler's thread (a daemon: it does not keep the process alive). Returns self."""
@@ -298,12 +296,7 @@ class Scheduler:
         the first generation whose lengths adapt and per number of decoding generations that adapt (the batch's
         size), made on first use and kept. Per size, because a round's costs grow with its sequences: one policy for
         all sizes timed 4-sequence rounds among 2- and 3-sequence ones (a server's batch as its clients come and
-        go) and priced drafting by their mix. A size's policy that has not judged whether drafting can pay takes,
-        once, the verdict of a smaller size's that found it cannot (DraftLengthPolicy.give_up): every size paid its
-        own ~9 paired probes for it, each ~1.2-1.5 rounds lost (the bench preset q8_0 at 4 clients, where drafting
-        paid at no size), and a round's verify rows cost no less against its plain rounds as sequences are added.
-        Once only: after its reconsider (RECONSIDER_AFTER dormant rounds) it judges alone, so that a smaller size
-        that runs no more cannot keep it from drafting for good."""
+        go) and priced drafting by their mix."""
         adapting = [h.job.generator for h in handles if h.job.generator.policy is not None]
         if not adapting:
             return None
@@ -312,11 +305,6 @@ class Scheduler:
         policy = self._batch_policies.get(key)
         if policy is None:
             policy = self._batch_policies[key] = _core.DraftLengthPolicy(own.n_max, own.n_min, own.prior)
-        if not policy.judged and key not in self._inherited and any(
-                not smaller.can_pay() for (n_max, n_min, size), smaller in self._batch_policies.items()
-                if (n_max, n_min) == key[:2] and size < key[2]):
-            policy.give_up()
-            self._inherited.add(key)
         return policy
 
     def _draft(self, batch: _core.Batch, handles: list[ScheduledGeneration]) -> None:

@@ -331,11 +331,6 @@ n_min, shared by its generators).)doc")
              "False once measured costs said no acceptance could make drafting pay (adaptive Generators on this "
              "policy then decode as without speculation, until reconsider): the last 9 probe-length rounds, each "
              "against the rounds without drafts before it, would gain under 5% even fully accepted. True before.")
-        .def_property_readonly("judged", &DraftLengthPolicy::judged,
-                               "Whether can_pay was judged: 9 probe pairs told, or given up (give_up included).")
-        .def("give_up", &DraftLengthPolicy::give_up,
-             "Gives drafting up as its own probe pairs would (can_pay false until reconsider), on another policy's "
-             "judgment: a batch of more sequences when one of fewer cannot pay (Scheduler.batch_policy).")
         .def("observe_dormant", &DraftLengthPolicy::observe_dormant,
              "A round without drafts because drafting cannot pay (counted for reconsider).")
         .def("reconsider", &DraftLengthPolicy::reconsider,

@@ -324,12 +324,6 @@ bool DraftLengthPolicy::pairs_miss_min_gain() const {
     return (shortest() + 1) * before_ms_.get() < kMinGain * probe_ms_.get();
 }
 
-void DraftLengthPolicy::give_up() {
-    if (gave_up_) return;  // its dormant rounds keep counting toward reconsider
-    gave_up_ = true;
-    dormant_rounds_ = 0;
-}
-
 bool DraftLengthPolicy::reconsider() {
     if (!reconsider_due()) return false;
     gave_up_ = false;

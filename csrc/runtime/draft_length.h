@@ -97,13 +97,6 @@ public:
     // measured later could speak for drafting) until reconsider() judges anew. Bundled model q8_0 at -t 1: a draft
     // step and a second verify row cost ~1.05 decode steps.
     bool can_pay() const { return !gave_up_; }
-    // Whether can_pay was judged: kWindow probe pairs told, or given up (give_up included).
-    bool judged() const { return gave_up_ || probe_ms_.count() >= RecentCost::kWindow; }
-    // Gives drafting up as its own pairs would (can_pay false until reconsider), on another policy's judgment: a batch
-    // of more sequences when one of fewer cannot pay (Scheduler.batch_policy; a round's verify rows cost no less
-    // against its plain rounds as sequences are added: on a CPU the rows grow with them, on a memory-bound model the
-    // plain round's weight reads are shared by more rows).
-    void give_up();
     // A round without drafts because drafting cannot pay (the Generator's dormant rounds), counted for reconsider.
     void observe_dormant() { ++dormant_rounds_; }
     // At a request's start (Generator::start): after kReconsiderAfter dormant rounds, can_pay is judged anew from

@@ -493,25 +493,6 @@ def test_drafting_given_up_is_judged_anew_after_many_dormant_rounds():
     assert not p.can_pay()
 
 
-def test_a_policy_given_up_on_another_judgment_is_judged_and_reconsiders_as_its_own():
-    """give_up (a batch of more sequences taking a smaller one's verdict, Scheduler.batch_policy) stops drafting as
-    nine paired probes would, and leaves it to reconsider after RECONSIDER_AFTER dormant rounds; told twice, the
-    second does not restart the count, or a policy given up on every batch would never reconsider."""
-    p = policy()
-    assert p.can_pay() and not p.judged
-    timed(p, 8, 1.0, 1.9, 0.2)
-    assert not p.judged  # eight pairs: not yet
-    p.give_up()
-    assert not p.can_pay() and p.judged
-    for _ in range(p.RECONSIDER_AFTER - 1):
-        p.observe_dormant()
-    p.give_up()
-    p.observe_dormant()
-    assert p.reconsider() and p.can_pay() and not p.judged
-    timed(p, 9, 1.0, 1.9, 0.2)
-    assert p.judged and not p.can_pay()  # its own nine pairs judge as before
-
-
 def test_a_request_after_reconsidering_drafts_again_with_plain_decodings_tokens(model):
     """Generator.start reconsiders: the dormant rounds wrote no draft-head rows, and the request resumes its prompt
     where the draft head's rows end, so drafting again gives plain decoding's tokens."""

@@ -61,29 +61,6 @@ def test_a_batch_of_another_size_prices_its_rounds_with_a_policy_of_its_own(mode
     assert scheduler.batch_policy(batch(2)) is two and scheduler.batch_policy(batch(3)) is three
 
 
-def test_a_batch_size_takes_once_a_smaller_ones_verdict_that_drafting_cannot_pay(model):
-    """Every size's policy paid its own ~9 paired probes to find that drafting cannot pay, where a smaller size had
-    found it already: a size that has not judged takes that verdict (Scheduler.batch_policy), a smaller size does
-    not take a larger one's, and after its reconsider it judges alone."""
-    from types import SimpleNamespace
-    from glm5next_runtime.scheduler import Scheduler
-    scheduler = Scheduler(512)
-
-    def batch(n):
-        return [SimpleNamespace(job=SimpleNamespace(generator=model.generator(temperature=0))) for _ in range(n)]
-
-    two, three = scheduler.batch_policy(batch(2)), scheduler.batch_policy(batch(3))
-    assert two.can_pay() and three.can_pay()  # nothing judged yet
-    three.give_up()  # as its pairs would
-    assert scheduler.batch_policy(batch(2)).can_pay()  # a larger size's verdict is not a smaller one's
-    two.give_up()
-    four = scheduler.batch_policy(batch(4))
-    assert not four.can_pay() and four.judged
-    for _ in range(four.RECONSIDER_AFTER):
-        four.observe_dormant()
-    assert four.reconsider() and scheduler.batch_policy(batch(4)).can_pay()  # once only: now it judges alone
-
-
 def test_a_zero_budget_times_one_round_of_each_kind(model):
     from glm5next_runtime.draft_calibration import calibrate
     c = calibrate(model.engine, 2, 0.0, {"cache_type": "f16"})
