@@ -30,8 +30,8 @@ SCRATCH_PROMPT = [0, 1]
 WARM_ROUNDS = 2
 # Rounds of a kind timed per turn, after its WARM_ROUNDS (the start's two-row prompt is not timed, and later turns
 # share it among more rounds): one in the first, so that a model whose rounds take tens of ms (the bench preset at
-# -t 1: ~40 ms for 4 rows) stays near the 200 ms budget; at most 9 in all, the policy's window of recent timings
-# (kWindow).
+# -t 1: ~40 ms for 4 rows) exceeds the 200 ms budget by as little as the warm rounds allow (one turn of each kind:
+# ~450 ms there); at most 9 in all, the policy's window of recent timings (kWindow).
 TURN_ROUNDS = (1, 2, 3, 3)
 # The smallest ratio reported for a draft step (two estimates' difference can be ~0 or negative in noise).
 MIN_RATIO = 0.01
@@ -107,9 +107,10 @@ def time_rounds(engine: _core.Engine, n_max: int, budget_s: float, sequence_args
     warmup round of each kind comes first (the weights first touched, the scratch sequence's graphs built; reported
     apart, outside the budget: as a kind's untimed rounds instead, the first kind timed touched weights that no
     round had: in one load each at -t 1, the bench preset's verify passes of 2..4 rows were priced at 1.31, 1.50,
-    1.72 plain rounds, against 1.75, 2.32, 2.47 with the warmup apart); then turns are timed in order, one of each kind at least (one timed round each), more
-    while less than budget_s seconds have passed since the warmup: the budget is exceeded by at most one turn, or by
-    one turn of each kind when a model's turns are slower than budget_s / (n_max + 1).
+    1.72 plain rounds, against 1.75, 2.32, 2.47 with the warmup apart); then turns are timed in order, one of each
+    kind at least (one timed round each), more while less than budget_s seconds have passed since the warmup: the
+    budget is exceeded by at most one turn, or by one turn of each kind when a model's turns are slower than
+    budget_s / (n_max + 1) (the bench preset at -t 1: ~450 ms).
 
     Raises what _core.Seq and _core.Generator raise: RuntimeError when a device cannot hold the scratch caches,
     ValueError for n_max < 1, n_max >= the engine's n_batch, or logits that are NaN.

@@ -102,7 +102,8 @@ class Model:
         draft_adaptive: each round drafts as many as pay on this machine and file, at most draft_n_max, from the
             acceptance and timings the generation measures (none when drafting does not pay; _core.DraftLengthPolicy),
             and, until a round was timed, from costs measured at load (draft_calibration: rounds of 0..draft_n_max
-            drafts timed on a scratch sequence for ~200 ms, or 2% of the load time when that is more; see warmup).
+            drafts timed on a scratch sequence for ~200 ms, or 2% of the load time when that is more, and at least
+            one turn of each; see warmup).
             Greedy output, and sampled output with spec_sampling "match", is the same either way. With "rejection",
             sampled output depends on the draft lengths, so a generation that samples with a fixed seed drafts
             draft_n_max every round (its output reproducible, not timing-dependent) unless generator(adaptive=True)
@@ -200,7 +201,7 @@ class Model:
         self._draft_length_policies: dict[tuple, _core.DraftLengthPolicy] = {}  # _draft_length_policy
         # what a draft length policy assumes until it timed a round (issue 28): measured now, timed rounds for 2% of
         # the load time or 200 ms, whichever is more (draft_calibration.calibrate says by how much a slow model's
-        # rounds exceed it); kept by reload (the same machine and file)
+        # turns exceed it); kept by reload (the same machine and file)
         self.draft_calibration: DraftCalibration | None = None
         if warmup and self.spec["adaptive"] and self.spec["n_max"] > 0:
             budget_s = max(CALIBRATION_BUDGET_S, CALIBRATION_SHARE * (time.perf_counter() - load_start))

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "ggml-cpu.h"
+#include "graph/cpu_arch.h"
 #include "graph/rows_operands.h"
 
 #if GLM5NEXT_X86_KERNELS
@@ -24,9 +25,10 @@ namespace {
 constexpr const char * kF16Name = "f16_rows";
 constexpr const char * kF32Name = "f32_rows";
 constexpr int64_t kStep = 64;  // values per step: GGML_F32_STEP (= GGML_F16_STEP) on AVX-512, 4 registers of 16
-constexpr int kChunkRows = 4;  // rows of x per pass over a weight row: 4 x 4 accumulators, 4 weight registers
 
 #if GLM5NEXT_X86_KERNELS
+constexpr int kChunkRows = 4;  // rows of x per pass over a weight row: 4 x 4 accumulators, 4 weight registers
+
 // Per thread: x's rows as the kernel reads them (f16 weights: rounded to f16 by ggml's from_float, widened back,
 // exactly) and the columns of each matrix.
 struct Scratch {
@@ -210,7 +212,7 @@ bool cpu_supports() {
 bool float_rows_kernel_available(ggml_type type) {
 #if !GLM5NEXT_X86_KERNELS
     (void) type;
-    return false;  // AVX-512 code, compiled for x86-64 only (rows_operands.h)
+    return false;  // AVX-512 code, compiled for x86-64 only (graph/cpu_arch.h)
 #else
     static const bool f16 = cpu_supports() && matches_vec_dot(GGML_TYPE_F16);
     static const bool f32 = cpu_supports() && matches_vec_dot(GGML_TYPE_F32);
@@ -232,12 +234,13 @@ ggml_tensor * float_mul_mat_rows(ggml_context * ctx, ggml_tensor * w, ggml_tenso
     }
     check_rows_operands("float_mul_mat_rows", w, x, ids);
     if (!float_rows_kernel_available(w->type)) {
-        throw std::invalid_argument(std::string("float_mul_mat_rows: this CPU lacks AVX-512 F, or the kernel differs "
+        throw std::invalid_argument(std::string("float_mul_mat_rows: this CPU lacks AVX-512 F, the kernel differs "
                                                 "from ggml's ") + ggml_type_name(w->type) +
-                                    " vec_dot here (float_rows_kernel_available)");
+                                    " vec_dot here, or this build has no x86 kernels (float_rows_kernel_available)");
     }
 #if !GLM5NEXT_X86_KERNELS
-    return nullptr;  // not reached: never available off x86-64 (above)
+    (void) ctx;
+    return nullptr;  // not reached: never available without the x86 kernels (above)
 #else
     const int64_t n_used = ids ? ids->ne[0] : x->ne[1];
     ggml_tensor * args[] = {w, x, ids};

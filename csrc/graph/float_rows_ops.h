@@ -9,10 +9,11 @@
 
 namespace glm5next {
 
-// Whether float_mul_mat_rows runs on this machine for weights of `type` (f16 or f32; false for any other): the CPU
-// has AVX-512 F with F16C and FMA, and the kernel gave the very bits of ggml's own vec_dot of that type (the CPU
-// backend loaded in this process, whatever its build) on a check of random rows, made once per type. Where it is
-// false, callers use ggml's ops (BlockBuilder::mm).
+// Whether float_mul_mat_rows runs on this machine for weights of `type` (f16 or f32; false for any other): the build
+// has the x86 kernels (graph/cpu_arch.h: false off x86-64 or with GLM5NEXT_NO_X86_KERNELS), the CPU has AVX-512 F
+// with F16C and FMA, and the kernel gave the very bits of ggml's own vec_dot of that type (the CPU backend loaded in
+// this process, whatever its build) on a check of random rows, made once per type. Where it is false, callers use
+// ggml's ops (BlockBuilder::mm).
 bool float_rows_kernel_available(ggml_type type);
 
 // Whether a weight of w's type and shape can take float_mul_mat_rows: f16 of any row length; f32 whose rows are a

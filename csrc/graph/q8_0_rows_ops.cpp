@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "ggml-cpu.h"
+#include "graph/cpu_arch.h"
 #include "graph/rows_operands.h"
 
 #if GLM5NEXT_X86_KERNELS
@@ -29,6 +30,7 @@ struct BlockQ8 {                // ggml-common.h block_q8_0
 };
 static_assert(sizeof(BlockQ8) == 34, "block_q8_0 is 34 bytes");
 
+#if GLM5NEXT_X86_KERNELS
 // A chunk is up to 8 rows of x (the product's columns), in pairs: per block, each pair's 32 + 32 quantized values
 // side by side (one 512-bit register) and each value's scale 8 times per row (the lanes it multiplies).
 constexpr int kPairs = 4;
@@ -38,7 +40,6 @@ constexpr int kPairs = 4;
 constexpr int64_t kQuantizeInGraph = 16;
 constexpr int kChunkRows = 2 * kPairs;
 
-#if GLM5NEXT_X86_KERNELS
 // What one product reads and writes (x: f32 rows, or q8_0 ones when x_q8_0).
 struct Operands : RowsOperands {
     bool x_q8_0;  // x quantized already (by a copy node before the op: kQuantizeInGraph)
@@ -222,7 +223,7 @@ bool matches_vec_dot() {
 
 bool q8_0_rows_kernel_available() {
 #if !GLM5NEXT_X86_KERNELS
-    return false;  // AVX-512 code, compiled for x86-64 only (rows_operands.h)
+    return false;  // AVX-512 code, compiled for x86-64 only (graph/cpu_arch.h)
 #else
     static const bool available = [] {
         __builtin_cpu_init();
@@ -242,11 +243,12 @@ ggml_tensor * q8_0_mul_mat_rows(ggml_context * ctx, ggml_tensor * w, ggml_tensor
     }
     check_rows_operands("q8_0_mul_mat_rows", w, x, ids);
     if (!q8_0_rows_kernel_available()) {
-        throw std::invalid_argument("q8_0_mul_mat_rows: this CPU lacks AVX-512 F/BW/VL/VNNI, or the kernel differs "
-                                    "from ggml's vec_dot here (q8_0_rows_kernel_available)");
+        throw std::invalid_argument("q8_0_mul_mat_rows: this CPU lacks AVX-512 F/BW/VL/VNNI, the kernel differs from "
+                                    "ggml's vec_dot here, or this build has no x86 kernels (q8_0_rows_kernel_available)");
     }
 #if !GLM5NEXT_X86_KERNELS
-    return nullptr;  // not reached: never available off x86-64 (above)
+    (void) ctx;
+    return nullptr;  // not reached: never available without the x86 kernels (above)
 #else
     const int64_t n_used = ids ? ids->ne[0] : x->ne[1];
     if (x->ne[1] * x->ne[2] > kQuantizeInGraph) {  // quantized once, by ggml's threads (its CPU copy: from_float)

@@ -6,9 +6,10 @@
 
 namespace glm5next {
 
-// Whether q8_0_mul_mat_rows runs on this machine: the CPU has AVX-512 F/BW/VL/VNNI, and the kernel gave the very
-// bits of ggml's own q8_0 vec_dot (the CPU backend loaded in this process, whatever its build) on a check of random
-// rows, made once. Where it is false, callers use ggml's ops (BlockBuilder::mm, BlockBuilder::moe).
+// Whether q8_0_mul_mat_rows runs on this machine: the build has the x86 kernels (graph/cpu_arch.h: false off
+// x86-64 or with GLM5NEXT_NO_X86_KERNELS), the CPU has AVX-512 F/BW/VL/VNNI, and the kernel gave the very bits of
+// ggml's own q8_0 vec_dot (the CPU backend loaded in this process, whatever its build) on a check of random rows,
+// made once. Where it is false, callers use ggml's ops (BlockBuilder::mm, BlockBuilder::moe).
 bool q8_0_rows_kernel_available();
 
 // The product of q8_0 matrices with f32 rows, as ggml's CPU backend computes it one row at a time:

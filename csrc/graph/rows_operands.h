@@ -11,16 +11,6 @@
 
 #include "ggml.h"
 
-// The kernels are AVX-512 code for x86-64 with GCC or Clang (<immintrin.h>, function target attributes,
-// __builtin_cpu_supports): compiled there unless GLM5NEXT_NO_X86_KERNELS is defined. Elsewhere (aarch64: Apple
-// silicon, Graviton) their *_kernel_available() say false and BlockBuilder::mm uses ggml's ops, as on an x86 CPU
-// without AVX-512 (tests/csrc/test_rows_kernels_portable.py compiles them so).
-#if defined(__x86_64__) && !defined(GLM5NEXT_NO_X86_KERNELS)
-#define GLM5NEXT_X86_KERNELS 1
-#else
-#define GLM5NEXT_X86_KERNELS 0
-#endif
-
 namespace glm5next {
 
 // x f32 [K, n, T] (K = w's rows' length) with contiguous rows; without ids, w one matrix; with ids, i32 [n_used, T]

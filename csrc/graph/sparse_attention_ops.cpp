@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "ggml-cpu.h"
+#include "graph/cpu_arch.h"
 
 namespace glm5next {
 
@@ -26,11 +27,14 @@ inline float dot(const float * a, const float * b, int64_t n) {
     return s;
 }
 
-// One clone per instruction set, chosen at load time: the project is built for any x86-64, ggml for this CPU.
+// On x86-64 one clone per instruction set, chosen at load time: the project is built for any x86-64, ggml for
+// this CPU (graph/cpu_arch.h).
 // Work items are (row, group of heads): a decode row (T = 1) gives each thread heads of its own (by rows alone, one
 // thread did all of it while the others waited; 13-15% of a decode step at -t 1 on the bundled model and the bench
 // preset, perf). Each head's arithmetic is the same whatever the split: the output does not depend on -t.
+#if GLM5NEXT_X86_KERNELS
 __attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
 void sparse_attention_op(ggml_tensor * dst, int ith, int nth, void * userdata) {
     const ggml_tensor *q = dst->src[0], *latent = dst->src[1], *rows = dst->src[2], *mask = dst->src[3];
     const float scale = *(const float *) userdata;

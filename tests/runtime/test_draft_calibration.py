@@ -145,8 +145,7 @@ def test_the_load_leaves_no_openmp_team_behind_for_a_generation_thread(predictab
 def test_each_kind_is_timed_after_rounds_of_its_own_kind(model, monkeypatch):
     """A round runs slower after rounds of another kind (their weights took the CPU's caches): each turn times its
     rounds only after WARM_ROUNDS rounds of its own kind since its start, so that every kind is priced as it runs in
-    a generation (bundled model q8_0 at -t 1: a 2-row verify pass timed right after other kinds cost 1.3-1.45 plain
-    rounds, 1.6-1.8 in a stream of one-draft rounds)."""
+    a generation (draft_calibration.WARM_ROUNDS: by how much)."""
     from glm5next_runtime import _core, draft_calibration
 
     events = []  # (generator index, "start" | "step" | "stats")
@@ -185,4 +184,4 @@ def test_each_kind_is_timed_after_rounds_of_its_own_kind(model, monkeypatch):
         elif since_start < draft_calibration.WARM_ROUNDS + 1:  # the stats read before a timed round's step
             assert since_start == draft_calibration.WARM_ROUNDS, f"a round timed after {since_start} of its kind"
             timed += 1
-    assert draft_calibration.WARM_ROUNDS >= 2 and timed >= 3  # one turn of each kind at least, each timed
+    assert timed >= 3  # one turn of each kind at least, each timed
