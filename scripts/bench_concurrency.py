@@ -3,7 +3,8 @@ in one run. Each client sends a distinct prompt (~500 characters of this reposit
 tokens with ignore_eos; a run's aggregate is all clients' generated tokens over the wall time from the first request
 to the last response. For each client count every server is started (-np N), warmed up by a request per slot, and
 their runs alternate server by server, so that the machine's drift (2-3x over minutes on a shared machine) hits all
-alike: each row reports the median of each server's runs and the median ratio of runs taken side by side.
+alike: each row reports the median of each server's runs and the median ratio of runs taken side by side (ours
+against llama-server, and draft-MTP against plain decoding on ours).
 
     .venv/bin/python scripts/bench_concurrency.py -m FILE.gguf --llama-server PATH/llama-server [-np 1,2,4,8] [-t 2]
         [-n 128] [--runs 3] [--spec none,draft-mtp]
@@ -121,14 +122,15 @@ def main() -> None:
                   flush=True)
     ns = sorted({n for _, n in table})
     ours = [k for k in kinds if k != "llama-server"]
-    print("\n| clients | " + " | ".join(f"{k} tok/s" for k in kinds)
-          + "".join(f" | {k} / llama-server" for k in ours if args.llama_server) + " |")
-    print("|---:|" + "---:|" * (len(kinds) + (len(ours) if args.llama_server else 0)))
+    # side-by-side ratios (the median of runs taken in turn): ours against llama-server, and draft-MTP against plain
+    # decoding on our server, whose gap is smaller than the drift between runs
+    pairs = [(k, "llama-server") for k in ours if args.llama_server]
+    pairs += [(k, "glm5next:none") for k in ours if k != "glm5next:none" and "glm5next:none" in kinds]
+    print("\n| clients | " + " | ".join(f"{k} tok/s" for k in kinds) + "".join(f" | {a} / {b}" for a, b in pairs) + " |")
+    print("|---:|" + "---:|" * (len(kinds) + len(pairs)))
     for n in ns:
         cells = [f"{statistics.median(table[k, n]):.1f}" for k in kinds]
-        if args.llama_server:
-            base = table["llama-server", n]
-            cells += [f"{statistics.median(a / b for a, b in zip(table[k, n], base)):.2f}x" for k in ours]
+        cells += [f"{statistics.median(x / y for x, y in zip(table[a, n], table[b, n])):.2f}x" for a, b in pairs]
         print(f"| {n} | " + " | ".join(cells) + " |")
 
 
