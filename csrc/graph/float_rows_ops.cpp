@@ -150,13 +150,17 @@ GLM5NEXT_AVX512F void multiply(const RowsOperands & o, int ith, int nth) {
     }
 }
 
-void float_rows_op(ggml_tensor * dst, int ith, int nth, void *) {
-    const RowsOperands o = RowsOperands::of(dst);
-    if (dst->src[0]->type == GGML_TYPE_F16) {
+// multiply for weights of `type` (f16, else f32).
+void multiply_as(ggml_type type, const RowsOperands & o, int ith, int nth) {
+    if (type == GGML_TYPE_F16) {
         multiply<GGML_TYPE_F16>(o, ith, nth);
     } else {
         multiply<GGML_TYPE_F32>(o, ith, nth);
     }
+}
+
+void float_rows_op(ggml_tensor * dst, int ith, int nth, void *) {
+    multiply_as(dst->src[0]->type, RowsOperands::of(dst), ith, nth);
 }
 
 // The kernel against ggml's vec_dot of `type` on random rows (for f16 a row length with leftovers past the last 64;
@@ -184,11 +188,7 @@ bool matches_vec_dot(ggml_type type) {
     const RowsOperands o = {w.data(), K * elem, M * K * elem, K, M, 1,
                         (const char *) x.data(), K * sizeof(float), N * K * sizeof(float), N,
                         nullptr, 0, 0, (char *) out.data(), M * sizeof(float), N * M * sizeof(float), N, 1};
-    if (type == GGML_TYPE_F16) {
-        multiply<GGML_TYPE_F16>(o, 0, 1);
-    } else {
-        multiply<GGML_TYPE_F32>(o, 0, 1);
-    }
+    multiply_as(type, o, 0, 1);
     for (int64_t j = 0; j < N; ++j) {
         for (int64_t r = 0; r < M; ++r) {
             float ref = 0.0f;
@@ -242,12 +242,7 @@ ggml_tensor * float_mul_mat_rows(ggml_context * ctx, ggml_tensor * w, ggml_tenso
     (void) ctx;
     return nullptr;  // not reached: never available without the x86 kernels (above)
 #else
-    const int64_t n_used = ids ? ids->ne[0] : x->ne[1];
-    ggml_tensor * args[] = {w, x, ids};
-    ggml_tensor * out = ggml_custom_4d(ctx, GGML_TYPE_F32, w->ne[1], n_used, x->ne[2], 1, args, ids ? 3 : 2,
-                                       float_rows_op, GGML_N_TASKS_MAX, nullptr);
-    ggml_set_name(out, w->type == GGML_TYPE_F16 ? kF16Name : kF32Name);
-    return out;
+    return rows_op_node(ctx, w, x, ids, float_rows_op, w->type == GGML_TYPE_F16 ? kF16Name : kF32Name);
 #endif
 }
 

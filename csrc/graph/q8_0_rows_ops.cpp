@@ -250,17 +250,12 @@ ggml_tensor * q8_0_mul_mat_rows(ggml_context * ctx, ggml_tensor * w, ggml_tensor
     (void) ctx;
     return nullptr;  // not reached: never available without the x86 kernels (above)
 #else
-    const int64_t n_used = ids ? ids->ne[0] : x->ne[1];
     if (x->ne[1] * x->ne[2] > kQuantizeInGraph) {  // quantized once, by ggml's threads (its CPU copy: from_float)
         ggml_tensor * flat = ggml_reshape_2d(ctx, ggml_is_contiguous(x) ? x : ggml_cont(ctx, x), x->ne[0], x->ne[1] * x->ne[2]);
         ggml_tensor * q = ggml_cpy(ctx, flat, ggml_new_tensor_2d(ctx, GGML_TYPE_Q8_0, x->ne[0], x->ne[1] * x->ne[2]));
         x = ggml_reshape_3d(ctx, q, x->ne[0], x->ne[1], x->ne[2]);
     }
-    ggml_tensor * args[] = {w, x, ids};
-    ggml_tensor * out = ggml_custom_4d(ctx, GGML_TYPE_F32, w->ne[1], n_used, x->ne[2], 1, args, ids ? 3 : 2,
-                                       q8_0_rows_op, GGML_N_TASKS_MAX, nullptr);
-    ggml_set_name(out, kOpName);
-    return out;
+    return rows_op_node(ctx, w, x, ids, q8_0_rows_op, kOpName);
 #endif
 }
 

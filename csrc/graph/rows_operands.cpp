@@ -32,6 +32,15 @@ RowsOperands RowsOperands::of(const ggml_tensor * dst) {
             (char *) dst->data, dst->nb[1], dst->nb[2], dst->ne[1], dst->ne[2]};
 }
 
+ggml_tensor * rows_op_node(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x, ggml_tensor * ids, ggml_custom_op_t op,
+                           const char * name) {
+    ggml_tensor * args[] = {w, x, ids};
+    ggml_tensor * out = ggml_custom_4d(ctx, GGML_TYPE_F32, w->ne[1], ids ? ids->ne[0] : x->ne[1], x->ne[2], 1, args,
+                                       ids ? 3 : 2, op, GGML_N_TASKS_MAX, nullptr);
+    ggml_set_name(out, name);
+    return out;
+}
+
 void route_columns(const RowsOperands & o, RowsColumns & cols) {
     cols.resize(std::max<size_t>(cols.size(), (size_t) o.n_mat));
     for (int64_t e = 0; e < o.n_mat; ++e) cols[e].clear();

@@ -35,6 +35,11 @@ struct RowsOperands {
     static RowsOperands of(const ggml_tensor * dst);
 };
 
+// The product's node: f32 [M, n_used (ids given) or x's n, T] computed by `op` over src w, x and ids (null: none) on
+// every thread, named `name` (how is_q8_0_rows and is_float_rows find it).
+ggml_tensor * rows_op_node(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x, ggml_tensor * ids, ggml_custom_op_t op,
+                           const char * name);
+
 // Per matrix e, the product's columns (j, t) routed to it (ids[j, t] == e; every column to matrix 0 without ids),
 // in order of t then j: cols[e] (cols is resized to at least n_mat entries, the first n_mat cleared first).
 using RowsColumns = std::vector<std::vector<std::pair<int64_t, int64_t>>>;
