@@ -4,6 +4,9 @@ cannot drop rows), and the output is the output of a fresh sequence: greedy toke
 same drafts accepted (the NextN layer's rows for the prefix are kept)."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+from pathlib import Path
+
 import pytest
 
 from conftest import random_tokens
@@ -16,19 +19,42 @@ SPLITS = [1, 3, 4, 5, 15, 16, 17, 24, 30, 48, 71]
 N_GEN = 12
 
 
+# Quantized files prefill in ubatches of at most 16 rows (INVARIANT_ROWS): those multiply each row as ggml's vec_dot
+# multiplies it alone (graph/blocks.h, BlockBuilder::mm), so a row's logits do not depend on the ubatch that computed
+# it and the claim under test, that a resumed sequence is the fresh one, is exact. A longer ubatch takes ggml's
+# tinyBLAS, which rounds differently, and on a q8_0 file a rounding can move an activation's quantization step: on an
+# AMD EPYC without AVX-512 (AVX2) the 35 rows of a fresh prompt differed from the same rows resumed after a 15-row
+# prefill by up to 1.47 in the logits (tiny preset, rows 7 on) and flipped greedy tokens, while ubatches of 16 rows
+# gave the same bits for every split (measured in stop 41). f32 files keep 512-row ubatches: their rows differ by
+# ~3e-5 there, and their tokens must still be a fresh sequence's.
+INVARIANT_ROWS = 16
+
+
+@dataclass(frozen=True)
+class CacheFile:
+    path: Path
+    n_batch: int  # prompt rows per ubatch
+
+    @staticmethod
+    def of(path: Path, outtype: str) -> CacheFile:
+        return CacheFile(path, 512 if outtype == "f32" else INVARIANT_ROWS)
+
+
 # random weights ("tiny"): every state matters to the greedy tokens; "predictable": drafts are accepted at every
 # position, so that equal acceptance means something
 @pytest.fixture(scope="module", params=["tiny-f32", "tiny-q8_0", "predictable-f32", "predictable-q8_0"])
-def gguf(request, checkpoints):
+def gguf(request, checkpoints) -> CacheFile:
     preset, outtype = request.param.split("-")
-    return checkpoints.convert(checkpoints.make(f"cache-{preset}", preset, dtype="f32"), outtype=outtype)
+    return CacheFile.of(checkpoints.convert(checkpoints.make(f"cache-{preset}", preset, dtype="f32"), outtype=outtype),
+                        outtype)
 
 
-def new_model(path, **kw):
+def new_model(file: CacheFile, **kw):
     """Fixed draft lengths (draft_adaptive=False): the tests compare drafts and acceptance per position between two
     sequences, and adaptive lengths follow each one's timings."""
     from glm5next_runtime import Model
-    return Model(path, n_ctx=256, n_threads=2, checkpoint_every=CHECKPOINT_EVERY, draft_adaptive=False, **kw)
+    return Model(file.path, n_ctx=256, n_threads=2, n_batch=file.n_batch, checkpoint_every=CHECKPOINT_EVERY,
+                 draft_adaptive=False, **kw)
 
 
 @pytest.fixture(scope="module")

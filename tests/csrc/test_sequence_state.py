@@ -7,13 +7,14 @@ from __future__ import annotations
 import pytest
 
 from conftest import random_tokens
-from test_prompt_cache import CHECKPOINT_EVERY, FIRST, N_GEN, new_model
+from test_prompt_cache import CHECKPOINT_EVERY, FIRST, N_GEN, CacheFile, new_model
 
 
 @pytest.fixture(scope="module", params=["tiny-f32", "predictable-q8_0"])
 def gguf(request, checkpoints):
     preset, outtype = request.param.split("-")
-    return checkpoints.convert(checkpoints.make(f"cache-{preset}", preset, dtype="f32"), outtype=outtype)
+    return CacheFile.of(checkpoints.convert(checkpoints.make(f"cache-{preset}", preset, dtype="f32"), outtype=outtype),
+                        outtype)
 
 
 @pytest.fixture(scope="module")
@@ -87,8 +88,8 @@ def test_damaged_bytes_are_refused_and_the_sequence_kept(saver, loader, case):
 
 
 def test_a_sequence_of_another_model_is_refused(checkpoints, saver, loader):
-    other = new_model(checkpoints.convert(checkpoints.make("state-other", "tiny", dtype="f32", seed=3,
-                                                           kv_lora_rank=24)))
+    other = new_model(CacheFile.of(checkpoints.convert(checkpoints.make("state-other", "tiny", dtype="f32", seed=3,
+                                                                        kv_lora_rank=24)), "f32"))
     other.generate(FIRST[:20], max_tokens=2, temperature=0)
     before = loader.save_state()
     with pytest.raises(ValueError, match="another model|does not fit"):
@@ -109,7 +110,7 @@ def test_a_sequence_saved_with_another_cache_type_is_refused_by_name(gguf, saver
 def test_a_cache_type_the_runtime_does_not_keep_is_refused_by_name(gguf):
     from glm5next_runtime import Model
     with pytest.raises(ValueError, match="cache_type_k 'q5_0': expected one of f16, bf16, f32, q8_0, q4_0"):
-        Model(gguf, cache_type_k="q5_0")
+        Model(gguf.path, cache_type_k="q5_0")
 
 
 def test_a_quantized_cache_needs_widths_of_whole_blocks(checkpoints):
@@ -122,7 +123,7 @@ def test_a_quantized_cache_needs_widths_of_whole_blocks(checkpoints):
 def test_a_sequence_longer_than_the_context_is_refused(gguf, saver):
     from glm5next_runtime import Model
     saver.generate(FIRST, max_tokens=4, temperature=0)
-    small = Model(gguf, n_ctx=64, n_threads=2, checkpoint_every=CHECKPOINT_EVERY)
+    small = Model(gguf.path, n_ctx=64, n_threads=2, n_batch=gguf.n_batch, checkpoint_every=CHECKPOINT_EVERY)
     with pytest.raises(ValueError, match="n_ctx = 64"):
         small.load_state(saver.save_state())
 
