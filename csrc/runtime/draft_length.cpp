@@ -29,6 +29,10 @@ constexpr int kOpening = 8;
 constexpr int kPlainEvery = 32, kPlainRun = 2;
 // A sample counts at most this many times the window's median (RecentCost).
 constexpr double kClip = 2.0;
+// A sample of a drafting round's kind is divided by the median of this many rounds without drafts timed last: a
+// median, robust to one preempted round; three, so that where drafting pays (two plain rounds in kPlainEvery, one
+// timed) the reference is at most ~100 rounds old.
+constexpr size_t kReference = 3;
 // Drafting is given up (can_pay, until reconsider) when even fully accepted probes would emit fewer than this many
 // times plain decoding's tokens per ms: a small margin, so that a case on the edge (bundled model q8_0 at -t 1: one
 // draft fully accepted ~0.97x, three ~1.03x) decodes plainly rather than paying the draft-head rows and probes (~2-3%).
@@ -90,9 +94,19 @@ void DraftLengthPolicy::RecentCost::add(double sample) {
     ++count_;
 }
 
+double DraftLengthPolicy::RecentCost::median_of_latest(size_t n) const {
+    n = std::min(n, samples_.size());
+    if (n == 0) return -1.0;
+    std::array<double, kCostWindow> latest;  // the ring's latest n, newest first
+    const size_t newest = samples_.size() < kWindow ? samples_.size() - 1 : (next_ + kWindow - 1) % kWindow;
+    for (size_t i = 0; i < n; ++i) latest[i] = samples_[(newest + kWindow - i) % kWindow];
+    std::nth_element(latest.begin(), latest.begin() + n / 2, latest.begin() + n);
+    return latest[n / 2];
+}
+
 DraftLengthPolicy::DraftLengthPolicy(int n_max, int n_min, RoundCostPrior prior)
     : n_max_(n_max), n_min_(std::max(n_min, 0)), prior_(std::move(prior)), tried_(std::max(n_max, 0), 0.0),
-      kept_(std::max(n_max, 0), 0.0), verify_ms_(std::max(n_max, 0) + 1), opening_left_(kOpening) {
+      kept_(std::max(n_max, 0), 0.0), verify_x_(std::max(n_max, 0)), opening_left_(kOpening) {
     if (n_max < 0) throw std::invalid_argument("draft length policy: n_max = " + std::to_string(n_max) + " < 0");
     prior_.check();
 }
@@ -118,39 +132,44 @@ double DraftLengthPolicy::expected_tokens(int k) const {
     return e;
 }
 
-double DraftLengthPolicy::unit() const { return verify_cost(1); }
+double DraftLengthPolicy::unit() const { return plain_ms_.count() > 0 ? plain_ms_.get() : 1.0; }
 
-double DraftLengthPolicy::verify_cost(int rows) const {
-    const RecentCost & own = verify_ms_[rows - 1];
-    if (own.count() >= kTrusted) return own.get();
+double DraftLengthPolicy::reference() const { return plain_ms_.median_of_latest(kReference); }
+
+size_t DraftLengthPolicy::verify_count(int rows) const {
+    return rows == 1 ? plain_ms_.count() : verify_x_[rows - 2].count();
+}
+
+double DraftLengthPolicy::verify_ratio(int rows) const {
+    if (rows == 1) return 1.0;
+    if (verify_count(rows) >= kTrusted) return verify_x_[rows - 2].get();
     // Row counts with kTrusted samples (else any measured) as the basis: a least squares line through two or
-    // more, the prior's ratios scaled to the one from one, the prior in units of a one-row verify from none.
+    // more, the prior's ratios scaled to the one from one, the prior from none.
     size_t min_count = 1;
-    for (const RecentCost & m : verify_ms_) {
-        if (m.count() >= kTrusted) min_count = kTrusted;
+    for (int r = 1; r <= n_max_ + 1; ++r) {
+        if (verify_count(r) >= kTrusted) min_count = kTrusted;
     }
     double n = 0, sr = 0, sv = 0, srr = 0, srv = 0;
     for (int r = 1; r <= n_max_ + 1; ++r) {
-        if (verify_ms_[r - 1].count() < min_count) continue;
-        const double v = verify_ms_[r - 1].get();
+        if (verify_count(r) < min_count) continue;
+        const double v = r == 1 ? 1.0 : verify_x_[r - 2].get();
         n += 1, sr += r, sv += v, srr += double(r) * r, srv += r * v;
     }
     const auto prior = [this](double r) { return prior_.verify_ratio((int) r); };
     if (n == 0) return prior(rows);
-    if (n == 1) return sv * prior(rows) / prior(sr);  // the one basis row count r = sr, its time sv
+    if (n == 1) return sv * prior(rows) / prior(sr);  // the one basis row count r = sr, its ratio sv
     const double slope = std::max(0.0, (n * srv - sr * sv) / (n * srr - sr * sr));
     const double at0 = (sv - slope * sr) / n;  // the line's value at 0 rows
     return std::max(at0 + slope * rows, 0.5 * sv / n);
 }
 
 double DraftLengthPolicy::expected_cost(int k) const {
-    const double u = unit();
-    const double between = std::max(between_ms_.get(), 0.0);
-    if (k <= 0) return verify_cost(1) + (row_ms_.get() >= 0 ? row_ms_.get() : prior_.row * u) + between;
+    const double between = std::max(between_x_.get(), 0.0);
+    if (k <= 0) return (1.0 + (row_x_.get() >= 0 ? row_x_.get() : prior_.row) + between) * unit();
     k = std::min(k, n_max_);
-    const double first = first_ms_.get() >= 0 ? first_ms_.get() : prior_.first * u;
-    const double next = next_ms_.get() >= 0 ? next_ms_.get() : prior_.next * u;
-    return first + (k - 1) * next + verify_cost(k + 1) + between;
+    const double first = first_x_.get() >= 0 ? first_x_.get() : prior_.first;
+    const double next = next_x_.get() >= 0 ? next_x_.get() : prior_.next;
+    return (first + (k - 1) * next + verify_ratio(k + 1) + between) * unit();
 }
 
 int DraftLengthPolicy::best(int limit) const {
@@ -185,7 +204,7 @@ int DraftLengthPolicy::choose(int limit) {
     // -t 1, synthetic acceptance 2.5: a verify row costs ~0.9 of a decode step, the prior says 0.25, and for the
     // first ~24 rounds plain decoding was priced at 21 ms against 12.5 measured). They cost nothing: they decode as
     // plain decoding does, and a draft head that does not run leaves plain rounds timed as plain decoding.
-    if (opening_left_ > 0 && verify_ms_[0].count() < kTrusted) {
+    if (opening_left_ > 0 && plain_ms_.count() < kTrusted) {
         --opening_left_;
         return 0;
     }
@@ -200,7 +219,7 @@ int DraftLengthPolicy::choose(int limit) {
         --plain_left_;
         return 0;
     }
-    if (refresh_due(rounds_since_plain_, verify_ms_[0].count() < kTrusted)) {
+    if (refresh_due(rounds_since_plain_, plain_ms_.count() < kTrusted)) {
         plain_left_ = kPlainRun - 1;
         return 0;
     }
@@ -213,7 +232,7 @@ int DraftLengthPolicy::choose(int limit) {
         // (its cost extrapolated by a line through fewer rows), every kPlainEvery rounds after (its timings age as
         // the machine's speed drifts, and one measured while slow would keep it from ever being chosen): the
         // "predictable" preset at -t 2 settled on 2 drafts, 1.04x plain decoding, where 3 every round gave 1.11x.
-        if (k < limit && refresh_due(rounds_since_longer_, verify_ms_[k + 1].count() < kTrusted)) return k + 1;
+        if (k < limit && refresh_due(rounds_since_longer_, verify_count(k + 2) < kTrusted)) return k + 1;
         return k;
     }
     if (limit < shortest()) return 0;
@@ -274,30 +293,32 @@ void DraftLengthPolicy::observe_acceptance(int n_drafted, int n_accepted, int n_
 
 void DraftLengthPolicy::observe_costs(int n_drafted, int verify_rows, int64_t pending_rows, double first_ms,
                                       double next_ms, double verify_ms, double between_ms) {
-    // step 0 writes the rows the last round accepted; after rounds without drafts it writes their deferred rows
-    // too, a cost that belongs to those rounds (observe_rows), not to drafting: taken off at the measured cost of
-    // a deferred row (a probe's step 0 is then the only measure of step 0 while drafting does not pay)
-    double own_first = -1.0;  // step 0 without the deferred rows it wrote; < 0: unknown
-    if (n_drafted > 0 && pending_rows <= n_max_ + 1) {
-        own_first = first_ms;
-    } else if (n_drafted > 0 && row_ms_.get() >= 0) {
-        own_first = first_ms - double(pending_rows - 1) * row_ms_.get();
-    }
-    if (own_first > 0) first_ms_.add(own_first);
-    if (n_drafted > 1) next_ms_.add(next_ms / (n_drafted - 1));
     // a plain round right after one that drafted runs on the caches the draft head left: not plain decoding's cost
     // (the 4-layer "predictable" preset at -t 1: 0.29 ms against 0.20 in a row of plain rounds)
     const bool warm_plain = n_drafted == 0 && !drafted_last_;
-    if (verify_rows >= 1 && verify_rows <= n_max_ + 1 && (verify_rows > 1 || warm_plain)) {
-        verify_ms_[verify_rows - 1].add(verify_ms);
+    if (verify_rows == 1 && warm_plain) plain_ms_.add(verify_ms);
+    const double ref = reference();
+    // step 0 writes the rows the last round accepted; after rounds without drafts it writes their deferred rows
+    // too, a cost that belongs to those rounds (observe_rows), not to drafting: taken off at the measured cost of
+    // a deferred row (a probe's step 0 is then the only measure of step 0 while drafting does not pay)
+    double own_first = -1.0;  // step 0 without the deferred rows it wrote (ms); < 0: unknown
+    if (n_drafted > 0 && pending_rows <= n_max_ + 1) {
+        own_first = first_ms;
+    } else if (n_drafted > 0 && row_x_.get() >= 0 && ref > 0) {
+        own_first = first_ms - double(pending_rows - 1) * row_x_.get() * ref;
     }
-    // the caller's own time per round (detokenizing, streaming): the same for every k, but it weighs against
-    // short rounds; an idle gap (a client reading slowly) is not the caller's cost, hence the cap
-    const double between = between_ms >= 0 ? std::min(between_ms, 2.0 * unit()) : 0.0;
-    if (between_ms >= 0) between_ms_.add(between);
+    if (ref > 0) {  // a drafting round before any plain one was timed has no reference: no sample
+        if (own_first > 0) first_x_.add(own_first / ref);
+        if (n_drafted > 1) next_x_.add(next_ms / (n_drafted - 1) / ref);
+        if (verify_rows >= 2 && verify_rows <= n_max_ + 1) verify_x_[verify_rows - 2].add(verify_ms / ref);
+        // the caller's own time per round (detokenizing, streaming): the same for every k, but it weighs against
+        // short rounds; an idle gap (a client reading slowly) is not the caller's cost, hence the cap
+        if (between_ms >= 0) between_x_.add(std::min(between_ms / ref, 2.0));
+    }
     // judged with step 0 as it ran when the deferred rows' share is unknown (no 64 deferred rows were written yet:
     // probes every kProbeFirst rounds never let that many wait), which prices drafting a little high
     if (n_drafted > 0 || warm_plain) {
+        const double between = between_ms >= 0 ? std::min(between_ms, 2.0 * unit()) : 0.0;
         const double step0 = own_first > 0 ? own_first : first_ms;
         judge(n_drafted, verify_rows, step0 + next_ms + verify_ms + between, verify_ms + between);
     }
@@ -339,7 +360,8 @@ bool DraftLengthPolicy::reconsider() {
 }
 
 void DraftLengthPolicy::observe_rows(int64_t n_rows, double ms) {
-    if (n_rows > 0) row_ms_.add(ms / double(n_rows));
+    const double ref = reference();
+    if (n_rows > 0 && ref > 0) row_x_.add(ms / double(n_rows) / ref);
 }
 
 }  // namespace glm5next

@@ -7,15 +7,26 @@
 // Generator reports a round, then asks for the next round's k).
 // Acceptance: counts decayed every round that drafted (half-life kHalfLife such rounds, so that it follows the
 // content; halved by an accepted probe) with a Beta prior, position j's anchored on position j-1's estimate.
-// Costs: robust means of the latest times measured on this machine and file (verify per row count; row counts never
-// measured from an affine fit of those that were, or from the prior's ratios (RoundCostPrior) before two were): the
-// mean of the last kWindow samples, each clipped at twice their median. Not plain means: on a shared machine one round
-// in a few takes 10x its usual time (preempted threads), and a mean would then turn drafting off for as long as the
-// outlier weighs.
+// Costs: each kind of round's cost (step 0, a later step, a verify pass of r > 1 rows, a deferred draft-head row,
+// the caller's time) as a ratio to plain decoding at the moment it was timed: each sample divided by the median of
+// the kReference rounds without drafts timed last (a few rounds before it where drafting does not pay, at most ~100
+// where it does). A round is priced at that ratio times plain decoding's cost now. Not in ms: the machine's speed
+// drifts (2-3x over seconds on a shared one) and a kind of round is timed only while it runs, so costs in ms priced
+// the kinds not run lately at the speed of their time. Measured (bundled model q8_0, -t 2, one sequence on this
+// repository's code, acceptance ~0.3): while only probes drafted, plain decoding was timed every round and one
+// draft's cost came from probes long before; when the machine slowed, plain rounds were priced at 1.88 ms against
+// 2.32 for a one-draft round timed while it was faster, and the policy drafted one token in 42 rounds at acceptance
+// 0.35 (475 tok/s against 520-845 in that process's other runs).
+// Each kind's ratio is the robust mean of its latest samples, as plain decoding's ms are (verify per row count; row
+// counts never measured from an affine fit of those that were, or from the prior's ratios (RoundCostPrior) before two
+// were): the mean of the last kWindow samples, each clipped at twice their median. Not plain means: on a shared
+// machine one round in a few takes 10x its usual time (preempted threads), and a mean would then turn drafting off for
+// as long as the outlier weighs.
 // Not medians: a round with drafts runs more graphs than one without and has the heavier tail, so medians favour
 // drafting (bundled model q8_0, -t 2, held-out code: a round with one draft had median 3.56 ms and mean 3.82 ms,
 // one without 2.46 and 2.40; at the mean one draft gains 4%, at the median 14%). A new policy opens with rounds
-// without drafts until plain decoding was timed (choose), so that no drafting is weighed against an extrapolation.
+// without drafts until plain decoding was timed (choose), so that no drafting is weighed against an extrapolation
+// (and a drafting round timed before any plain one has no reference: only its acceptance counts).
 // Probes: when no drafting pays, every probe_interval() rounds one draft is tried anyway, so that the acceptance
 // estimates can recover when the text becomes predictable again. The interval doubles (to kProbeMost) after a
 // rejected probe, comes back to kProbeFirst after one that makes drafting pay or was accepted against the odds (the
@@ -85,8 +96,8 @@ public:
     void observe_rows(int64_t n_rows, double ms);
 
     // Estimates (for stats and tests): acceptance of draft j (1-based) given the earlier ones were accepted, the
-    // expected tokens per round E(k) and the expected cost C(k) in ms (in units of a one-row verify before any
-    // timing was reported).
+    // expected tokens per round E(k) and the expected cost C(k) in ms: its kinds' ratios times plain decoding's cost
+    // now (in units of a one-row verify before any timing was reported).
     double acceptance(int j) const;
     // False once the measured costs said that no acceptance could make drafting pay on this machine and file: a
     // probe's round (max(1, n_min) drafts), even fully accepted, would emit fewer than kMinGain times the tokens per
@@ -122,13 +133,14 @@ public:
     static constexpr int64_t kReconsiderAfter = 4096;  // dormant rounds before reconsider judges can_pay anew
 
 private:
-    // clipped_mean of the latest kWindow samples (a timing in ms); < 0 before the first.
+    // clipped_mean of the latest kWindow samples (a timing in ms, or a ratio); < 0 before the first.
     class RecentCost {
     public:
         static constexpr size_t kWindow = kCostWindow;
         void add(double sample);
         double get() const { return cost_; }
         size_t count() const { return count_; }  // samples added, all told
+        double median_of_latest(size_t n) const;  // of the latest min(n, held) samples; < 0 before the first
     private:
         std::vector<double> samples_;  // ring buffer
         size_t next_ = 0;
@@ -136,7 +148,13 @@ private:
         size_t count_ = 0;
     };
 
-    double verify_cost(int rows) const;
+    // A verify pass of `rows` rows in plain rounds (1 for one row): its own ratio once trusted, else the line or the
+    // prior (the class comment).
+    double verify_ratio(int rows) const;
+    size_t verify_count(int rows) const;  // verify passes of `rows` rows timed (plain rounds for 1)
+    // The median of the last kReference rounds without drafts timed (ms): what a sample is divided by to become a
+    // ratio; < 0 before the first.
+    double reference() const;
     // The k in {0} U [shortest(), limit] with the best expected tokens per ms.
     int best(int limit) const;
     int shortest() const { return n_min_ > 1 ? n_min_ : 1; }  // the fewest drafts a positive choice carries (a probe's)
@@ -157,13 +175,16 @@ private:
     // acceptance of draft i + 1 given the earlier ones were accepted, from position i's counts and `before`, the
     // estimate of the position before it (the prior for the first)
     double next_acceptance(int i, double before) const;
-    double unit() const;  // a one-row verify in ms (1 before any verify was timed)
+    double unit() const;  // plain decoding's round (a one-row verify) in ms now (1 before any was timed)
 
     int n_max_, n_min_;
     RoundCostPrior prior_;
     std::vector<double> tried_, kept_;  // per draft position j - 1: decayed trials and acceptances
-    std::vector<RecentCost> verify_ms_;  // per row count r - 1: verify ms
-    RecentCost first_ms_, next_ms_, row_ms_, between_ms_;  // step 0, a later step, a deferred row, the caller
+    RecentCost plain_ms_;  // a round without drafts (a one-row verify) after one without drafts, ms: the unit
+    // in plain rounds at their time (ratios): per row count r - 2, a verify pass of r > 1 rows; step 0, a later step,
+    // a deferred draft-head row, the caller's time between rounds
+    std::vector<RecentCost> verify_x_;
+    RecentCost first_x_, next_x_, row_x_, between_x_;
     int opening_left_;  // rounds left of the opening without drafts (choose)
     int rounds_since_draft_ = 0;
     int rounds_since_plain_ = 0;  // rounds since the last one without drafts (choose)

@@ -167,6 +167,28 @@ def test_a_longer_draft_timed_while_the_machine_was_slow_is_tried_again():
     assert chosen[-50:].count(2) >= 40
 
 
+def test_a_draft_timed_while_the_machine_was_fast_is_priced_at_its_ratio_when_it_slows():
+    """One draft accepted a third of the time at 1.7 plain rounds: 1.35 tokens in 1.7 against 1 in 1.05, plain
+    decoding wins. Its probes were timed while a plain round took 1.0 ms; then the machine slows 1.3x, where only
+    plain rounds run between probes. Priced in ms from before, a draft would look cheap (1.7 ms against 1.37) and the
+    policy would draft until its own timings caught up (measured in process, one sequence: one draft in 42 rounds at
+    acceptance 0.35); priced as a ratio to the plain rounds of its time, only probes draft."""
+    p = policy(n_max=1)
+    for i in range(30):  # fast: two plain rounds, then a probe
+        p.observe(0, 0, 1, 0, 0.0, 0.0, 1.0)
+        p.observe(0, 0, 1, 0, 0.0, 0.0, 1.0)
+        p.observe(1, int(i % 3 == 0), 2, 1, 0.2, 0.0, 1.5)
+    assert p.acceptance(1) == pytest.approx(1 / 3, abs=0.05)
+    drafted = []
+    for i in range(200):  # slow
+        k = p.choose(1)
+        if k:
+            drafted.append(i)
+        p.observe(k, int(k and len(drafted) % 3 == 0), k + 1, 1, 0.26 * k, 0.0, 1.3 * (1.0 + 0.5 * k))
+    assert drafted and all(b - a >= 8 for a, b in zip(drafted, drafted[1:]))
+    assert p.expected_cost(1) == pytest.approx(1.3 * 1.7, rel=0.01)
+
+
 def test_probes_recover_drafting_after_a_phase_of_rejections():
     p = policy()
     low = play(p, lambda j: False, 200)
