@@ -16,6 +16,7 @@
 #include <immintrin.h>
 
 #define GLM5NEXT_AVX512 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
+#define GLM5NEXT_AVX2 __attribute__((target("avx2,fma,f16c")))
 #endif
 
 namespace glm5next {
@@ -53,8 +54,11 @@ struct Scratch {
     std::vector<float> yd;
 };
 
+// The dots of a weight row (nb blocks) with a packed chunk of n (1..8) rows of x (pack): out[0, n).
+using DotChunk = void (*)(int64_t n, const BlockQ8 * w, int64_t nb, const int8_t * yq, const float * yd, float * out);
+
 // ggml-cpu/arch/x86/quants.c hsum_float_8, the same adds in the same order.
-GLM5NEXT_AVX512 inline float hsum_float_8(__m256 x) {
+GLM5NEXT_AVX2 inline float hsum_float_8(__m256 x) {
     __m128 res = _mm256_extractf128_ps(x, 1);
     res = _mm_add_ps(res, _mm256_castps256_ps128(x));
     res = _mm_add_ps(res, _mm_movehl_ps(res, res));
@@ -105,7 +109,46 @@ GLM5NEXT_AVX512 void dot_chunk(const BlockQ8 * w, int64_t nb, const int8_t * yq,
     if (ODD) out[2 * kFull] = hsum_float_8(acc1);
 }
 
-// The dots of a weight row with a chunk of n (1..8) rows.
+// dot_chunk on AVX2 (no AVX-512: e.g. AMD EPYC before Zen 4): N rows, each as ggml_vec_dot_q8_0_q8_0's AVX2 path
+// computes it (mul_sum_i8_pairs_float: |x| times y signed by x through maddubs and a madd by ones, exact in int32;
+// then the same fused multiply-add by d_w * d_x per block and hsum_float_8), each weight block loaded and its
+// absolute values taken once for the chunk's rows. Row r of the chunk lies at yq + r * 32 and its scale at
+// yd[r * 8] in pack's layout (pair r / 2, half r % 2).
+template <int N>
+GLM5NEXT_AVX2 void dot_chunk_avx2(const BlockQ8 * w, int64_t nb, const int8_t * yq, const float * yd, float * out) {
+    __m256 acc[N];
+    for (int r = 0; r < N; ++r) acc[r] = _mm256_setzero_ps();
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int64_t ib = 0; ib < nb; ++ib) {
+        const __m256i qx = _mm256_loadu_si256((const __m256i *) w[ib].qs);
+        const __m256i ax = _mm256_sign_epi8(qx, qx);
+        const float dw = _cvtsh_ss(w[ib].d);
+        const int8_t * yb = yq + ib * kPairs * 64;
+        const float * db = yd + ib * kPairs * 16;
+        for (int r = 0; r < N; ++r) {
+            const __m256i sy = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *) (yb + r * kBlock)), qx);
+            const __m256 q = _mm256_cvtepi32_ps(_mm256_madd_epi16(ones, _mm256_maddubs_epi16(ax, sy)));
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * db[r * 8]), q, acc[r]);
+        }
+    }
+    for (int r = 0; r < N; ++r) out[r] = hsum_float_8(acc[r]);
+}
+
+GLM5NEXT_AVX2 void dot_chunk_n_avx2(int64_t n, const BlockQ8 * w, int64_t nb, const int8_t * yq, const float * yd,
+                                    float * out) {
+    switch (n) {
+        case 1: dot_chunk_avx2<1>(w, nb, yq, yd, out); break;
+        case 2: dot_chunk_avx2<2>(w, nb, yq, yd, out); break;
+        case 3: dot_chunk_avx2<3>(w, nb, yq, yd, out); break;
+        case 4: dot_chunk_avx2<4>(w, nb, yq, yd, out); break;
+        case 5: dot_chunk_avx2<5>(w, nb, yq, yd, out); break;
+        case 6: dot_chunk_avx2<6>(w, nb, yq, yd, out); break;
+        case 7: dot_chunk_avx2<7>(w, nb, yq, yd, out); break;
+        default: dot_chunk_avx2<8>(w, nb, yq, yd, out); break;
+    }
+}
+
+// The dots of a weight row with a chunk of n (1..8) rows (AVX-512 VNNI).
 GLM5NEXT_AVX512 void dot_chunk_n(int64_t n, const BlockQ8 * w, int64_t nb, const int8_t * yq, const float * yd,
                                  float * out) {
     switch (n) {
@@ -146,8 +189,9 @@ void pack(const Operands & o, const std::vector<std::pair<int64_t, int64_t>> & c
 }
 
 // This thread's share of the product: rows [M*ith/nth, M*(ith+1)/nth) of every matrix a column is routed to. Each
-// thread quantizes (unless a node before did) and packs the rows of x itself: no barrier inside an op.
-GLM5NEXT_AVX512 void multiply(const Operands & o, int ith, int nth) {
+// thread quantizes (unless a node before did) and packs the rows of x itself: no barrier inside an op. `dot`: the
+// instruction set's dot_chunk_n.
+void multiply(const Operands & o, int ith, int nth, DotChunk dot) {
     const int64_t r0 = o.M * ith / nth, r1 = o.M * (ith + 1) / nth, nb = o.K / kBlock;
     if (r0 >= r1) return;
     thread_local Scratch s;
@@ -171,8 +215,7 @@ GLM5NEXT_AVX512 void multiply(const Operands & o, int ith, int nth) {
             for (size_t c0 = 0; c0 < cols.size(); c0 += kChunkRows) {
                 const int64_t n = std::min<int64_t>(kChunkRows, cols.size() - c0);
                 const int64_t chunk = c0 / kChunkRows;
-                dot_chunk_n(n, wr, nb, &s.yq[chunk * nb * kPairs * 64], &s.yd[chunk * nb * kPairs * 16],
-                            dots);
+                dot(n, wr, nb, &s.yq[chunk * nb * kPairs * 64], &s.yd[chunk * nb * kPairs * 16], dots);
                 for (int64_t c = 0; c < n; ++c) {
                     const auto [j, t] = cols[c0 + c];
                     *(float *) (o.out + r * sizeof(float) + j * o.out_nb1 + t * o.out_nb2) = dots[c];
@@ -182,14 +225,9 @@ GLM5NEXT_AVX512 void multiply(const Operands & o, int ith, int nth) {
     }
 }
 
-void q8_0_rows_op(ggml_tensor * dst, int ith, int nth, void *) {
-    const Operands o = {RowsOperands::of(dst), dst->src[1]->type == GGML_TYPE_Q8_0};
-    multiply(o, ith, nth);
-}
-
 // The kernel against ggml's vec_dot on random rows (an odd number of blocks, rows of several scales, 11 columns:
 // a full chunk and a last odd pair), bit for bit.
-bool matches_vec_dot() {
+bool matches_vec_dot(DotChunk dot) {
     ggml_cpu_init();
     const ggml_type_traits_cpu * traits = ggml_get_type_traits_cpu(GGML_TYPE_Q8_0);
     if (traits == nullptr || traits->from_float == nullptr || traits->vec_dot == nullptr ||
@@ -206,7 +244,7 @@ bool matches_vec_dot() {
     const Operands o = {{(const char *) w.data(), nb * sizeof(BlockQ8), M * nb * sizeof(BlockQ8), K, M, 1,
                          (const char *) x.data(), K * sizeof(float), N * K * sizeof(float), N,
                          nullptr, 0, 0, (char *) out.data(), M * sizeof(float), N * M * sizeof(float), N, 1}, false};
-    multiply(o, 0, 1);
+    multiply(o, 0, 1, dot);
     for (int64_t j = 0; j < N; ++j) {
         for (int64_t r = 0; r < M; ++r) {
             float ref = 0.0f;
@@ -217,22 +255,36 @@ bool matches_vec_dot() {
     return true;
 }
 
+// This CPU's dot_chunk_n that gives ggml's vec_dot bits (the check above, made once): AVX-512 VNNI's where the CPU
+// has it, else AVX2's; null where neither runs or matches.
+DotChunk kernel() {
+    static const DotChunk chosen = []() -> DotChunk {
+        __builtin_cpu_init();
+        const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                          __builtin_cpu_supports("f16c");
+        const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+        if (avx512 && matches_vec_dot(dot_chunk_n)) return dot_chunk_n;
+        if (avx2 && matches_vec_dot(dot_chunk_n_avx2)) return dot_chunk_n_avx2;
+        return nullptr;
+    }();
+    return chosen;
+}
+
+void q8_0_rows_op(ggml_tensor * dst, int ith, int nth, void *) {
+    const Operands o = {RowsOperands::of(dst), dst->src[1]->type == GGML_TYPE_Q8_0};
+    multiply(o, ith, nth, kernel());
+}
+
 #endif  // GLM5NEXT_X86_KERNELS
 
 }  // namespace
 
 bool q8_0_rows_kernel_available() {
 #if !GLM5NEXT_X86_KERNELS
-    return false;  // AVX-512 code, compiled for x86-64 only (graph/cpu_arch.h)
+    return false;  // x86 code, compiled for x86-64 only (graph/cpu_arch.h)
 #else
-    static const bool available = [] {
-        __builtin_cpu_init();
-        const bool cpu = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c") &&
-                         __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
-        return cpu && matches_vec_dot();
-    }();
-    return available;
+    return kernel() != nullptr;
 #endif
 }
 
@@ -243,8 +295,8 @@ ggml_tensor * q8_0_mul_mat_rows(ggml_context * ctx, ggml_tensor * w, ggml_tensor
     }
     check_rows_operands("q8_0_mul_mat_rows", w, x, ids);
     if (!q8_0_rows_kernel_available()) {
-        throw std::invalid_argument("q8_0_mul_mat_rows: this CPU lacks AVX-512 F/BW/VL/VNNI, the kernel differs from "
-                                    "ggml's vec_dot here, or this build has no x86 kernels (q8_0_rows_kernel_available)");
+        throw std::invalid_argument("q8_0_mul_mat_rows: this CPU lacks AVX2/FMA/F16C, the kernel differs from ggml's "
+                                    "vec_dot here, or this build has no x86 kernels (q8_0_rows_kernel_available)");
     }
 #if !GLM5NEXT_X86_KERNELS
     (void) ctx;

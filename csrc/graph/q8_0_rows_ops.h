@@ -7,9 +7,10 @@
 namespace glm5next {
 
 // Whether q8_0_mul_mat_rows runs on this machine: the build has the x86 kernels (graph/cpu_arch.h: false off
-// x86-64 or with GLM5NEXT_NO_X86_KERNELS), the CPU has AVX-512 F/BW/VL/VNNI, and the kernel gave the very bits of
-// ggml's own q8_0 vec_dot (the CPU backend loaded in this process, whatever its build) on a check of random rows,
-// made once. Where it is false, callers use ggml's ops (BlockBuilder::mm, BlockBuilder::moe).
+// x86-64 or with GLM5NEXT_NO_X86_KERNELS), the CPU has AVX-512 F/BW/VL/VNNI or else AVX2 with FMA and F16C (one
+// kernel each), and that kernel gave the very bits of ggml's own q8_0 vec_dot (the CPU backend loaded in this
+// process, whatever its build) on a check of random rows, made once. Where it is false, callers use ggml's ops
+// (BlockBuilder::mm, BlockBuilder::moe).
 bool q8_0_rows_kernel_available();
 
 // The product of q8_0 matrices with f32 rows, as ggml's CPU backend computes it one row at a time:
@@ -23,8 +24,8 @@ bool q8_0_rows_kernel_available();
 // the rows it is multiplied with, or on whether ggml_mul_mat or ggml_mul_mat_id multiplies it alone.
 // Why: ggml multiplies a few rows through mul_mat_id row by row, one vec_dot per element (tinyBLAS, ggml's kernel
 // for several rows, rounds otherwise; BlockBuilder::mm), loading and widening each weight block again for every
-// row. This kernel does it once per block for up to 8 rows (two per 512-bit register). Measured numbers:
-// BlockBuilder::mm's comment.
+// row. This kernel does it once per block for up to 8 rows (two per 512-bit register with AVX-512 VNNI, one per
+// 256-bit one with AVX2). Measured numbers: BlockBuilder::mm's comment.
 // Throws std::invalid_argument naming the operand whose type or shape does not fit.
 // Up to 16 rows of x are quantized by each thread of the op itself; more, by a copy node before it (ggml's threads).
 // Its node is named "q8_0_rows" (is_q8_0_rows: the op profile counts it apart from the other custom ops).

@@ -10,8 +10,9 @@ import pytest
 from glm5next_runtime import _testing
 
 _FLAGS = next((line.split(":", 1)[1].split() for line in open("/proc/cpuinfo") if line.startswith("flags")), [])
-_AVX512_VNNI = all(f in _FLAGS for f in ("avx512f", "avx512bw", "avx512vl", "avx512_vnni"))
-needs_avx512_vnni = pytest.mark.skipif(not _AVX512_VNNI, reason="the kernel needs AVX-512 F/BW/VL/VNNI")
+# one kernel for AVX-512 F/BW/VL/VNNI, one for AVX2 with FMA and F16C (AMD EPYC before Zen 4)
+_KERNEL_CPU = all(f in _FLAGS for f in ("avx2", "fma", "f16c"))
+needs_kernel_cpu = pytest.mark.skipif(not _KERNEL_CPU, reason="the kernel needs AVX2, FMA and F16C")
 
 
 def _rows(rng, *shape, scale_by_row=True):
@@ -20,16 +21,16 @@ def _rows(rng, *shape, scale_by_row=True):
     return v * rng.uniform(0.25, 1.0, shape[:-1] + (1,)).astype(np.float32) if scale_by_row else v
 
 
-def test_the_kernel_runs_where_the_cpu_has_avx512_vnni_and_is_refused_elsewhere():
+def test_the_kernel_runs_where_the_cpu_has_avx2_and_is_refused_elsewhere():
     """Where it runs it also matched ggml's vec_dot on the check made once per process; elsewhere the op refuses
     by name (the graphs then use ggml's products: BlockBuilder::rows_kernel)."""
-    assert _testing.q8_0_rows_kernel_available() == _AVX512_VNNI
-    if not _AVX512_VNNI:
-        with pytest.raises(ValueError, match="AVX-512"):
+    assert _testing.q8_0_rows_kernel_available() == _KERNEL_CPU
+    if not _KERNEL_CPU:
+        with pytest.raises(ValueError, match="AVX2"):
             _testing.q8_0_product(np.zeros((1, 4, 32), np.float32), np.zeros((1, 2, 32), np.float32))
 
 
-@needs_avx512_vnni
+@needs_kernel_cpu
 @pytest.mark.parametrize("n_rows,M", [(1, 37), (2, 37), (3, 37), (4, 37), (5, 37), (6, 37), (7, 37), (8, 37), (9, 37),
                                       (16, 37), (17, 37), (33, 37), (5, 1), (9, 2)])
 def test_each_row_of_a_product_equals_the_row_multiplied_alone(n_rows, M):
@@ -45,7 +46,7 @@ def test_each_row_of_a_product_equals_the_row_multiplied_alone(n_rows, M):
     np.testing.assert_allclose(ours[0], want, rtol=0, atol=0.02 * np.abs(want).max())
 
 
-@needs_avx512_vnni
+@needs_kernel_cpu
 @pytest.mark.parametrize("n_x", [1, 4])
 @pytest.mark.parametrize("T", [1, 4, 13])
 def test_routed_experts_equal_ggml_mul_mat_id(n_x, T):
@@ -53,7 +54,7 @@ def test_routed_experts_equal_ggml_mul_mat_id(n_x, T):
     _routed_experts_equal_ggml(T, n_x, n_expert=6, k=4, K=32 * 17, M=19)
 
 
-@needs_avx512_vnni
+@needs_kernel_cpu
 def test_routed_experts_of_a_prompt_ubatch_equal_ggml_mul_mat_id():
     """A 512-row prompt ubatch over 16 experts (the MoE takes the kernel at any row count: BlockBuilder::mm_id)."""
     _routed_experts_equal_ggml(512, 4, n_expert=16, k=4, K=1024, M=64)
@@ -70,7 +71,7 @@ def _routed_experts_equal_ggml(T, n_x, n_expert, k, K, M):
     assert np.array_equal(ours, theirs)
 
 
-@needs_avx512_vnni
+@needs_kernel_cpu
 def test_a_row_does_not_change_with_the_rows_beside_it():
     rng = np.random.default_rng(5)
     w = _rows(rng, 1, 64, 32 * 8)
@@ -80,7 +81,7 @@ def test_a_row_does_not_change_with_the_rows_beside_it():
         assert np.array_equal(_testing.q8_0_product(w, np.ascontiguousarray(x[:, lo:hi]))[0], full[lo:hi])
 
 
-@needs_avx512_vnni
+@needs_kernel_cpu
 def test_bad_shapes_are_refused_by_name():
     with pytest.raises(ValueError, match="K must be a multiple of 32"):
         _testing.q8_0_product(np.zeros((1, 4, 40), np.float32), np.zeros((1, 2, 40), np.float32))
