@@ -390,6 +390,11 @@ class Generator:
         The second half: verify the first n_keep drafts of the round and return the emitted tokens as step() does. masks: uint32 [n_keep + 1, ceil(n_vocab / 32)], row i the bitmask of the tokens allowed after drafts[:i] (the target's disallowed logits become -inf before acceptance and sampling), or None. Drafts left out must start with one that row n_keep disallows (it counts as rejected: the token comes from speculative sampling's residual, so sampling stays exact). Raises ValueError without drafts to verify, for n_keep outside [0, len(drafts)] or masks of another dtype or shape.
         """
     @property
+    def drafting(self) -> bool:
+        """
+        Whether this generation speculates: False without a NextN layer or drafts, once its policy cannot pay or is quiet, or while it rests (its prompt resumed a cache the draft head's rows do not cover, or a batch's policy stopped drafting); it then decodes as without speculation and writes no draft-head rows.
+        """
+    @property
     def policy(self) -> ...:
         """
         The DraftLengthPolicy this generator reports to and asks (None unless adaptive with n_max > 0).
@@ -557,9 +562,17 @@ class DraftLengthPolicy:
         """
         Deferred draft-head rows written without drafting: n_rows of them in ms.
         """
+    def quiet(self) -> bool:
+        """
+        True once a probe was rejected where even an accepted next probe would not make drafting pay: the generations on this policy then run without drafts and write no draft-head rows, until wake.
+        """
     def reconsider(self) -> bool:
         """
         At a request's start: after RECONSIDER_AFTER dormant rounds, can_pay is judged anew from fresh probes. Returns whether it was.
+        """
+    def wake(self) -> bool:
+        """
+        At a generation's start (a new text): no longer quiet, the next probe within 8 rounds. Returns whether it was quiet.
         """
     @property
     def n_max(self) -> int:

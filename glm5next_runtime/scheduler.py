@@ -230,6 +230,9 @@ class Scheduler:
         except Exception as e:  # noqa: BLE001 - the generation's own fault (its prompt): its stream says so
             handle.end(e)
             return
+        if job.generator.drafting:  # a new text to draft on: quiet batch policies probe it (DraftLengthPolicy.wake)
+            for policy in self._batch_policies.values():
+                policy.wake()
         if handle.progress:
             handle.report_progress()
         self._running.append(handle)

@@ -11,3 +11,25 @@
 #else
 #define GLM5NEXT_X86_KERNELS 0
 #endif
+
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+
+namespace glm5next {
+
+// Whether our few-row kernels may use AVX-512 where the CPU has it: not when the environment sets
+// GLM5NEXT_CPU_KERNELS=avx2, which makes them choose what a CPU without AVX-512 runs (the AVX2 q8_0 kernel; ggml's
+// ops for f16 and f32 rows), so that those paths are tested on an AVX-512 machine (tests/csrc/test_q8_0_rows.py) and
+// can be compared there. "native" or unset: what the CPU has. Read when a kernel is chosen (once per process).
+// Throws std::invalid_argument for any other value, naming it.
+inline bool avx512_kernels_allowed() {
+    const char * v = std::getenv("GLM5NEXT_CPU_KERNELS");
+    const std::string value = v == nullptr ? "native" : v;
+    if (value != "native" && value != "avx2") {
+        throw std::invalid_argument("GLM5NEXT_CPU_KERNELS = \"" + value + "\": expected \"native\" or \"avx2\"");
+    }
+    return value == "native";
+}
+
+}  // namespace glm5next

@@ -262,8 +262,9 @@ DotChunk kernel() {
         __builtin_cpu_init();
         const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
                           __builtin_cpu_supports("f16c");
-        const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+        const bool avx512 = avx2 && avx512_kernels_allowed() && __builtin_cpu_supports("avx512f") &&
+                            __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+                            __builtin_cpu_supports("avx512vnni");
         if (avx512 && matches_vec_dot(dot_chunk_n)) return dot_chunk_n;
         if (avx2 && matches_vec_dot(dot_chunk_n_avx2)) return dot_chunk_n_avx2;
         return nullptr;
@@ -280,11 +281,14 @@ void q8_0_rows_op(ggml_tensor * dst, int ith, int nth, void *) {
 
 }  // namespace
 
-bool q8_0_rows_kernel_available() {
+bool q8_0_rows_kernel_available() { return *q8_0_rows_kernel_isa() != '\0'; }
+
+const char * q8_0_rows_kernel_isa() {
 #if !GLM5NEXT_X86_KERNELS
-    return false;  // x86 code, compiled for x86-64 only (graph/cpu_arch.h)
+    return "";  // x86 code, compiled for x86-64 only (graph/cpu_arch.h)
 #else
-    return kernel() != nullptr;
+    const DotChunk dot = kernel();
+    return dot == dot_chunk_n ? "avx512vnni" : dot == dot_chunk_n_avx2 ? "avx2" : "";
 #endif
 }
 

@@ -12,6 +12,9 @@ namespace glm5next {
 // process, whatever its build) on a check of random rows, made once. Where it is false, callers use ggml's ops
 // (BlockBuilder::mm, BlockBuilder::moe).
 bool q8_0_rows_kernel_available();
+// Which of the two kernels that is: "avx512vnni" or "avx2" ("" where none runs). AVX2's on an AVX-512 CPU too with
+// GLM5NEXT_CPU_KERNELS=avx2 (graph/cpu_arch.h). Throws std::invalid_argument for a bad value of that variable.
+const char * q8_0_rows_kernel_isa();
 
 // The product of q8_0 matrices with f32 rows, as ggml's CPU backend computes it one row at a time:
 //   ids given:  out[:, j, t] = w[:, :, ids[j, t]] . x[:, j % x->ne[1], t]   (ggml_mul_mat_id: the routed experts)

@@ -205,6 +205,11 @@ for a seed, or speculative sampling's rejection).)doc")
             "target row that produced it (before the sampler's filters and temperature; csrc/runtime/token_probs.h), "
             "or with post_sampling_probs the log of the distribution the sampler drew it from (its top: the n_probs "
             "most probable of the tokens that survived its filters). Empty with n_probs < 0.")
+        .def_property_readonly("drafting", &Generator::drafting,
+                               "Whether this generation speculates: False without a NextN layer or drafts, once its "
+                               "policy cannot pay or is quiet, or while it rests (its prompt resumed a cache the draft "
+                               "head's rows do not cover, or a batch's policy stopped drafting); it then decodes "
+                               "as without speculation and writes no draft-head rows.")
         .def_property_readonly("policy", &Generator::policy,
                                "The DraftLengthPolicy this generator reports to and asks (None unless adaptive with "
                                "n_max > 0).")
@@ -336,6 +341,12 @@ n_min, shared by its generators).)doc")
         .def("reconsider", &DraftLengthPolicy::reconsider,
              "At a request's start: after RECONSIDER_AFTER dormant rounds, can_pay is judged anew from "
              "fresh probes. Returns whether it was.")
+        .def("quiet", &DraftLengthPolicy::quiet,
+             "True once a probe was rejected where even an accepted next probe would not make drafting pay: the "
+             "generations on this policy then run without drafts and write no draft-head rows, until wake.")
+        .def("wake", &DraftLengthPolicy::wake,
+             "At a generation's start (a new text): no longer quiet, the next probe within 8 rounds. Returns whether "
+             "it was quiet.")
         .def("expected_tokens", &DraftLengthPolicy::expected_tokens, py::arg("k"),
              "Expected tokens a round with k drafts emits.")
         .def("expected_cost", &DraftLengthPolicy::expected_cost, py::arg("k"),

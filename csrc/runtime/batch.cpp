@@ -49,9 +49,9 @@ void Batch::begin() {
     for (const Generator * g : gens_) adapting += !g->prompting() && g->adapts();
     policy_chose_ = policy_ && adapting >= 2;
     int drafts = -1;
-    const bool dormant = policy_chose_ && !policy_->can_pay();
+    const bool dormant = policy_chose_ && (!policy_->can_pay() || policy_->quiet());
     if (dormant) {
-        policy_->observe_dormant();
+        if (!policy_->can_pay()) policy_->observe_dormant();
         drafts = 0;
     } else if (policy_chose_) {
         drafts = policy_->choose(policy_->n_max());

@@ -198,6 +198,7 @@ bool DraftLengthPolicy::probe_length(int n_drafted, int verify_rows) const {
 
 int DraftLengthPolicy::choose(int limit) {
     limit = std::clamp(limit, 0, n_max_);
+    if (quiet_) return 0;  // (its caller runs without the draft head until wake)
     // A new policy opens with rounds without drafts until kTrusted of them were timed (at most kOpening rounds: a
     // round that builds a graph is not timed): plain decoding's cost is then measured before any drafting is weighed
     // against it, not extrapolated from verify passes of several rows by the prior's slope (the bench preset q8_0 at
@@ -257,8 +258,7 @@ void DraftLengthPolicy::observe(int n_drafted, int n_accepted, int verify_rows, 
     // then counts half, and the next probe comes within kProbeFirst rounds.
     const bool accepted_probe = probing_ && n_drafted > 0 && n_accepted > 0;
     const bool news = accepted_probe && acceptance(1) < kNewsBelow;
-    const double decay = news ? 0.5 : tried > 0 ? std::exp2(-1.0 / kHalfLife) : 1.0;
-    for (int i = 0; i < n_max_; ++i) tried_[i] *= decay, kept_[i] *= decay;
+    decay(news ? 0.5 : tried > 0 ? std::exp2(-1.0 / kHalfLife) : 1.0);
     observe_acceptance(n_drafted, n_accepted, n_chosen);
     if (verify_ms >= 0) observe_costs(n_drafted, verify_rows, pending_rows, first_ms, next_ms, verify_ms, between_ms);
     drafted_last_ = n_drafted > 0;
@@ -280,7 +280,27 @@ void DraftLengthPolicy::observe(int n_drafted, int n_accepted, int verify_rows, 
         } else if (!accepted_probe) {
             probe_interval_ = std::min(2 * probe_interval_, kProbeMost);  // rejected: the next probe waits longer
         }  // accepted as expected, drafting still not paying: the same interval
+        if (!accepted_probe && !accepted_probe_would_pay()) quiet_ = true;
     }
+}
+
+void DraftLengthPolicy::decay(double factor) {
+    for (int i = 0; i < n_max_; ++i) tried_[i] *= factor, kept_[i] *= factor;
+}
+
+bool DraftLengthPolicy::accepted_probe_would_pay() const {
+    DraftLengthPolicy after = *this;
+    after.decay(acceptance(1) < kNewsBelow ? 0.5 : std::exp2(-1.0 / kHalfLife));  // news, as observe weighs it
+    after.observe_acceptance(shortest(), shortest());
+    return after.best(n_max_) > 0;
+}
+
+bool DraftLengthPolicy::wake() {
+    if (!quiet_) return false;
+    quiet_ = false;
+    probe_interval_ = kProbeFirst;
+    rounds_since_draft_ = 0;
+    return true;
 }
 
 void DraftLengthPolicy::observe_acceptance(int n_drafted, int n_accepted, int n_chosen) {

@@ -118,6 +118,20 @@ public:
     // Costs ~2 requests' probes per kReconsiderAfter rounds.
     bool reconsider();
     bool reconsider_due() const { return gave_up_ && dormant_rounds_ >= kReconsiderAfter; }
+    // True once a probe was rejected where even an accepted next probe would not make drafting pay (the acceptance
+    // estimates after it, news included, would still choose no drafts): the text is not one the draft head predicts,
+    // and staying ready to draft costs the draft-head rows of every token (the NextN layer once more per row, kept
+    // for the next probe) for nothing the probes can find. The caller's generation then runs without drafts and
+    // writes no draft-head rows, as when drafting cannot pay; choose drafts nothing. Until wake. Measured (bench
+    // preset q8_0, random weights, acceptance ~0.02, glm5next-server -np 4 -t 2, four clients, 6-7 runs of 128
+    // tokens each): before, the batch's policy probed 0-9 times in a request's 128 rounds, up to 128 rounds apart,
+    // and wrote the draft-head rows of every token: drafting at 0.92-1.09x plain decoding (median 0.99); quiet, one
+    // probe per request, the rows of its prompt and first 8 rounds: 0.92-1.15x (median 1.02), noise about as large.
+    bool quiet() const { return quiet_; }
+    // At a generation's start (a new text, which the draft head may predict): no longer quiet; the next probe comes
+    // within kProbeFirst rounds. The acceptance estimates stay, so that on text like the last one a first rejected
+    // probe quiets it again. Returns whether it was quiet.
+    bool wake();
     double expected_tokens(int k) const;
     double expected_cost(int k) const;
     int probe_interval() const { return probe_interval_; }
@@ -200,6 +214,11 @@ private:
     int64_t plain_n_ = 0;
     bool gave_up_ = false;
     int64_t dormant_rounds_ = 0;  // rounds without drafts since gave_up_ (observe_dormant)
+    bool quiet_ = false;
+    // Whether drafting would pay (best) after the next probe, were it accepted: the decay or news observe would
+    // apply, then its drafts accepted. Judges quiet after a rejected probe.
+    bool accepted_probe_would_pay() const;
+    void decay(double factor);  // the acceptance counts' (tried_, kept_)
 };
 
 }  // namespace glm5next

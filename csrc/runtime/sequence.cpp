@@ -216,9 +216,19 @@ int64_t Sequence::draft_rows_end() const {
     return draft_cache_ ? std::min<int64_t>(draft_from_trunk_, draft_cache_->n_past()) + 1 : INT64_MAX;
 }
 
+Sequence::ResumePoint Sequence::resume_point(const std::vector<int32_t> & prompt, bool draft_rows) const {
+    const int64_t n = (int64_t) prompt.size();
+    const int64_t common = common_prefix(prompt), draft_bound = draft_rows ? draft_rows_end() : INT64_MAX;
+    const Checkpoint * whole = common == n && n <= draft_bound ? checkpoints_.with_logits_at(n) : nullptr;
+    const int64_t bound = std::min<int64_t>({common, n - 1, draft_bound});
+    const int64_t n_past = cache_.n_past();
+    if (whole == nullptr && n_past >= 1 && n_past <= bound) return {n_past, nullptr, false};  // the sequence as it is
+    const Checkpoint * c = whole ? whole : checkpoints_.newest_at_or_before(bound);
+    return {c ? c->n_past() : 0, c, whole != nullptr};
+}
+
 int64_t Sequence::resumable(const std::vector<int32_t> & prompt, bool draft_rows) const {
-    const int64_t common = common_prefix(prompt);
-    return draft_rows ? std::min(common, draft_rows_end()) : common;
+    return resume_point(prompt, draft_rows).n_past;
 }
 
 int64_t Sequence::resume(const std::vector<int32_t> & prompt, bool draft_rows, std::vector<float> & hidden,
@@ -227,16 +237,12 @@ int64_t Sequence::resume(const std::vector<int32_t> & prompt, bool draft_rows, s
     check_no_pending_verify();
     logits.clear();
     if (from_checkpoint != nullptr) *from_checkpoint = false;
-    const int64_t n = (int64_t) prompt.size();
-    const int64_t common = common_prefix(prompt), draft_bound = draft_rows ? draft_rows_end() : INT64_MAX;
-    const Checkpoint * whole = common == n && n <= draft_bound ? checkpoints_.with_logits_at(n) : nullptr;
-    const int64_t bound = std::min<int64_t>({common, n - 1, draft_bound});
-    const int64_t n_past = cache_.n_past();
-    if (whole == nullptr && n_past >= 1 && n_past <= bound) {  // the sequence as it is: nothing to restore
+    const ResumePoint at = resume_point(prompt, draft_rows);
+    if (at.n_past > 0 && at.checkpoint == nullptr) {  // the sequence as it is: nothing to restore
         hidden = last_hidden_;
-        return n_past;
+        return at.n_past;
     }
-    const Checkpoint * c = whole ? whole : checkpoints_.newest_at_or_before(bound);
+    const Checkpoint * c = at.checkpoint;
     if (c == nullptr) {
         reset();
         hidden.clear();
@@ -246,7 +252,7 @@ int64_t Sequence::resume(const std::vector<int32_t> & prompt, bool draft_rows, s
     if (from_checkpoint != nullptr) *from_checkpoint = true;
     tokens_.resize(c->n_past());
     last_hidden_ = c->hidden;
-    if (whole) logits = c->logits;
+    if (at.whole) logits = c->logits;
     checkpoints_.drop_after(c->n_past());
     draft_from_trunk_ = std::min<int64_t>(draft_from_trunk_, c->n_past() - 1);
     hidden = last_hidden_;

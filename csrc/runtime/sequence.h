@@ -91,9 +91,7 @@ public:
     // checkpoint rather than the sequence as it was.
     int64_t resume(const std::vector<int32_t> & prompt, bool draft_rows, std::vector<float> & hidden,
                    std::vector<float> & logits, bool * from_checkpoint = nullptr);
-    // The most of `prompt` resume(prompt, draft_rows) could keep, without changing anything: its common prefix with
-    // the sequence's tokens, with draft_rows bounded by the NextN layer's rows written from the trunk (checkpoints
-    // may keep fewer).
+    // What resume(prompt, draft_rows) would keep, without changing anything: the c it would return.
     int64_t resumable(const std::vector<int32_t> & prompt, bool draft_rows) const;
     const Checkpoints & checkpoints() const { return checkpoints_; }
     // Host memory one checkpoint takes: the trunk's KDA conv windows and states, and one hidden row.
@@ -154,6 +152,14 @@ private:
     // resume's bounds: the prompt's common prefix with tokens_, and the draft head's rows written from the trunk
     // (+ 1: row c-1 is rewritten; INT64_MAX without a draft head)
     int64_t common_prefix(const std::vector<int32_t> & prompt) const;
+    // Where resume(prompt, draft_rows) goes: n_past rows kept, from `checkpoint` (null: the sequence as it is when
+    // n_past > 0, a reset when 0); whole: the checkpoint is at the prompt's end with its logits.
+    struct ResumePoint {
+        int64_t n_past;
+        const Checkpoint * checkpoint;
+        bool whole;
+    };
+    ResumePoint resume_point(const std::vector<int32_t> & prompt, bool draft_rows) const;
     int64_t draft_rows_end() const;
     void release_snapshots();
 

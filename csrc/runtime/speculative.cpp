@@ -148,7 +148,6 @@ void Generator::begin_prompt(const std::vector<int32_t> & prompt, bool cache_pro
     const auto t0 = std::chrono::steady_clock::now();
     started_ = false;
     drafted_ = false;
-    batch_dormant_ = false;
     batch_chose_ = false;
     stats_ = SpecStats();
     stats_.drafted_at.assign(spec_.n_max, 0);
@@ -156,11 +155,17 @@ void Generator::begin_prompt(const std::vector<int32_t> & prompt, bool cache_pro
     stats_.rounds_at_length.assign(spec_.n_max + 1, 0);
     round_end_ = {};
     stats_.n_prompt = (int64_t) prompt.size();
-    // Drafting again needs the draft head's rows, which the dormant rounds did not write: not at the price of the
-    // cached prompt (a chat's next turn would evaluate its whole history again), at most one ubatch of it
-    if (policy_ && policy_->reconsider_due()) {
+    // Drafting needs the draft head's rows of the prefix it resumes, which rounds without drafting (dormant, quiet or
+    // resting ones) did not write: an adaptive generation does not buy them at the price of the cached prompt (a
+    // chat's next turn would evaluate that part of its history again). A prompt that loses nothing of the cache to
+    // them is a new text: a quiet policy wakes. One that would lose some continues a text that ran without them:
+    // the generation rests, unless can_pay is due to be judged anew and at most one ubatch (n_batch) is lost.
+    resting_ = false;
+    if (chain_ && policy_) {
         const int64_t lost = cache_prompt ? seq_.resumable(prompt, false) - seq_.resumable(prompt, true) : 0;
-        if (lost <= engine_.params().n_batch) policy_->reconsider();
+        if (lost == 0) policy_->wake();
+        const bool judged_anew = lost <= engine_.params().n_batch && policy_->reconsider();
+        resting_ = lost > 0 && !judged_anew;
     }
     std::vector<float> h_before;  // the post-norm hidden state of the row before the first one evaluated
     int64_t c = 0;
@@ -267,7 +272,7 @@ int64_t Generator::begin_round(int64_t max_tokens, int batch_drafts, bool batch_
     began_rows_ = 0;
     first_ms_ = next_ms_ = 0;
     between_ms_ = round_end_ == std::chrono::steady_clock::time_point{} ? -1.0 : ms_since(round_end_);
-    if (batch_dormant && policy_) batch_dormant_ = true;  // (a generator that samples with a seed keeps drafting)
+    if (batch_dormant && policy_) resting_ = true;  // (a generator that samples with a seed keeps drafting)
     if (chain_ && !drafting()) {  // the policy gave up (in this generation or before): no draft-head rows
         pending_h_.clear();
         pending_x_.clear();

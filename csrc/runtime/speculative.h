@@ -155,6 +155,14 @@ public:
     const SpecStats & stats() const { return stats_; }
     // The draft length policy this generator reports to (null unless adaptive with n_max > 0).
     const std::shared_ptr<DraftLengthPolicy> & policy() const { return policy_; }
+    // Speculating, unless the policy found that drafting cannot pay on this machine and file
+    // (DraftLengthPolicy::can_pay, final) or that this text is not one the draft head predicts (quiet), or the
+    // generation rests (resting_: begin_prompt, begin_round): the rounds then run as without speculation and write no
+    // draft-head rows either (~2% of a decode step each on the bundled model q8_0 at -t 1; glm5next-bench's rows of
+    // auto).
+    bool drafting() const {
+        return chain_ && !resting_ && (!policy_ || (policy_->can_pay() && !policy_->quiet()));
+    }
 
 private:
     friend class Batch;  // runs the phases below for several generators at once
@@ -173,8 +181,8 @@ private:
     // gives the step after it; verify_part gives the verify pass of the first n_keep drafts, verify_ran follows it
     // and returns the emitted tokens.
     // batch_drafts >= 0: the drafts a batch's policy chose for this round (an adaptive generator's own policy neither
-    // chooses nor is told then); batch_dormant: that policy found that drafting cannot pay in the batch: the
-    // generation drafts no more and writes no draft-head rows (as a dormant generator, drafting()).
+    // chooses nor is told then); batch_dormant: that policy found that drafting cannot pay in the batch, or is quiet:
+    // the generation drafts no more and writes no draft-head rows (it rests, drafting()).
     int64_t begin_round(int64_t max_tokens, int batch_drafts = -1, bool batch_dormant = false);
     bool draft_part(DraftPart & part);
     void draft_ran(const DraftPart & part, double ms);
@@ -222,10 +230,6 @@ private:
     // What the next round starts from: the draft-head rows it writes (the kept rows' trunk states, from trunk row
     // P), the last hidden state and the token to evaluate next.
     void carry(const std::vector<int32_t> & emitted, int64_t P);
-    // Speculating, unless the policy found that drafting cannot pay on this machine and file
-    // (DraftLengthPolicy::can_pay, final): the rounds then run as without speculation and write no draft-head rows
-    // either (~2% of a decode step each on the bundled model q8_0 at -t 1; glm5next-bench's rows of auto).
-    bool drafting() const { return chain_ && !batch_dormant_ && (!policy_ || policy_->can_pay()); }
 
     Sequence & seq_;
     Engine & engine_;
@@ -250,7 +254,10 @@ private:
     int64_t draft_limit_ = 0;          // the most drafts of this round
     bool draft_stopped_ = false;       // p_min stopped this round's drafting
     bool batch_chose_ = false;         // this round's drafts were a batch policy's choice (begin_round)
-    bool batch_dormant_ = false;       // a batch's policy found drafting does not pay: none for this generation
+    // No drafts and no draft-head rows for the rest of this generation: a batch's policy found that drafting does not
+    // pay or went quiet (begin_round), or its prompt would have lost more than a ubatch of the cache to drafting
+    // (begin_prompt).
+    bool resting_ = false;
     // The last round's outcome as DraftLengthPolicy::observe takes it (verify_ms < 0: not a sample of its costs).
     struct RoundOutcome {
         int n_drafted = 0, n_accepted = 0, verify_rows = 0;

@@ -188,5 +188,11 @@ Raises:
             "bit). ValueError for a weight_type other than \"f16\" or \"f32\".");
 
     mod.def("q8_0_rows_kernel_available", &glm5next::q8_0_rows_kernel_available,
-            "Whether this CPU runs the few-row q8_0 kernel (AVX-512 VNNI, checked against ggml's vec_dot bit for bit).");
+            "Whether this CPU runs the few-row q8_0 kernel (AVX-512 VNNI or AVX2, checked against ggml's vec_dot bit "
+            "for bit).");
+
+    mod.def("q8_0_rows_kernel_isa", &glm5next::q8_0_rows_kernel_isa,
+            "The few-row q8_0 kernel's instruction set here: \"avx512vnni\", \"avx2\" (also on an AVX-512 CPU with "
+            "GLM5NEXT_CPU_KERNELS=avx2 in the environment) or \"\" (none runs). ValueError for another value of that "
+            "variable than \"native\" or \"avx2\".");
 }

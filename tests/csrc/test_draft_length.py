@@ -189,15 +189,25 @@ def test_a_draft_timed_while_the_machine_was_fast_is_priced_at_its_ratio_when_it
     assert p.expected_cost(1) == pytest.approx(1.3 * 1.7, rel=0.01)
 
 
-def test_probes_recover_drafting_after_a_phase_of_rejections():
+def test_probes_that_find_nothing_quiet_the_policy_until_a_new_text_wakes_it():
+    """Drafts never accepted at this module's costs (one draft: 0.18 + 1.35 ms against 1.05): after a few rejected
+    probes even an accepted next probe would leave drafting unprofitable, and the policy goes quiet: no more probes
+    (nor, in a Generator, draft-head rows) while the text goes on, whatever it becomes. A new text wakes it: the next
+    probe comes within 8 rounds and, accepted against the odds (news), brings drafting back; on text like the last,
+    its first rejected probe quiets it again."""
     p = policy()
     low = play(p, lambda j: False, 200)
-    probes = [i for i, k in enumerate(low) if k and i > 10]
-    assert len(probes) >= 2 and all(b - a >= 8 for a, b in zip(probes, probes[1:]))
-    assert p.probe_interval > 8  # rejected probes come ever more rarely
-    high = play(p, lambda j: True, 300)  # the text became predictable
+    probes = [i for i, k in enumerate(low) if k]
+    assert p.quiet() and 2 <= len(probes) <= 5 and not any(low[probes[-1] + 1:])
+    assert play(p, lambda j: True, 100) == [0] * 100  # the text became predictable: quiet all the same
+    assert p.wake() and not p.quiet() and not p.wake()
+    again = play(p, lambda j: False, 100)
+    assert again.index(1) < 8 and sum(again) == 1 and p.quiet()
+    p.wake()
+    high = play(p, lambda j: True, 300)
+    assert high.index(1) < 8
     back = next(i for i, k in enumerate(high) if k == 3)
-    assert back <= 200 and high[-20:].count(3) >= 18  # the next probe within 128 rounds, then one every 8
+    assert back <= 100 and high[-20:].count(3) >= 18
 
 
 def probe_gaps(p, observe, rounds=600):
@@ -213,40 +223,41 @@ def probe_gaps(p, observe, rounds=600):
 
 
 def test_rejected_probes_space_out_before_their_costs_are_judged():
-    """Drafts never accepted (the bench preset's random weights) at costs that would pay if they were (one draft: 2
-    tokens in 1.7 ms against 1 in 1.0): every rejected probe doubles the interval from the first (8 rounds after the
-    prior's own first choice of a draft), not after nine probes every 8 rounds had judged can_pay; with nothing
-    judged, drafting stays possible."""
+    """Drafts never accepted at costs where an accepted probe would make drafting pay (one draft: 0.06 + 1.2 ms
+    against 1.05, a memory-bound model, pays at acceptance 0.2): every rejected probe doubles the interval from the
+    first (8 rounds after the prior's and its first estimate's choices of a draft), not after nine probes every 8
+    rounds had judged can_pay; with nothing judged, drafting stays possible, and the policy stays awake."""
     p = policy(n_max=1)
-    gaps = probe_gaps(p, lambda k: p.observe(k, 0, k + 1, 1, 0.2 if k else 0.0, 0.0, 1.0 + 0.5 * k))
-    assert gaps[:5] == [8, 16, 32, 64, 128] and p.can_pay()
+    gaps = probe_gaps(p, lambda k: p.observe(k, 0, k + 1, 1, 0.06 if k else 0.0, 0.0, 1.0 + 0.2 * k))
+    assert gaps[:6] == [1, 8, 16, 32, 64, 128] and p.can_pay() and not p.quiet()
 
 
-def test_rejected_probes_where_drafting_cannot_pay_keep_every_8_rounds_until_it_is_judged():
+def test_rejected_probes_where_no_acceptance_would_pay_quiet_each_text_until_nine_judge_it():
     """The same rejected probes where even fully accepted drafts cannot pay (2 tokens in 2.1 ms against 1 in 1.0, the
-    bundled model at -t 1): the probes keep every 8 rounds until nine pairs judge it, so that the draft-head rows
-    stop soon. (A Generator asks no more once it cannot pay.)"""
+    bundled model at -t 1): each text's first rejected probe quiets the policy (an accepted one would not pay
+    either), so the draft-head rows stop after ~8 rounds of each text, and the probes, one per text, are paired with
+    the plain rounds before them until nine pairs judge that drafting cannot pay: then none at all (can_pay)."""
     p = policy(n_max=1)
-    drafted, judged_at = [], None
-    for i in range(300):
-        k = p.choose(1)
-        if k:
-            drafted.append(i)
-        p.observe(k, 0, k + 1, 1, 0.2 if k else 0.0, 0.0, 1.0 + 0.9 * k)
-        if judged_at is None and not p.can_pay():
-            judged_at = len(drafted)
-    assert judged_at == 9
-    assert [b - a for a, b in zip(drafted, drafted[1:])][:judged_at - 1] == [8] * (judged_at - 1)
+    probes_per_text = []
+    while p.can_pay() and len(probes_per_text) < 20:
+        p.wake()  # a new request's text
+        drafted = 0
+        for _ in range(60):
+            k = p.choose(1)
+            drafted += k
+            p.observe(k, 0, k + 1, 1, 0.2 if k else 0.0, 0.0, 1.0 + 0.9 * k)
+        probes_per_text.append(drafted)
+    # the first text: the prior's draft, then probes every 8 rounds while the pairs say drafting cannot pay
+    assert not p.can_pay() and sum(probes_per_text) == 9 and probes_per_text[1:] == [1] * (len(probes_per_text) - 1)
 
 
-def test_rounds_that_draft_nothing_count_as_rejected_and_probes_space_out():
+def test_rounds_that_draft_nothing_count_as_rejected_and_quiet_the_policy():
     """A round whose draft step stopped before drafting (p_min) counts as a rejected draft (it taught nothing, and
-    one draft was chosen every round while the prior stood), and as a probe it gives can_pay no pair to judge: the
-    probes space out (they came every 8 rounds for as long as the request ran)."""
+    one draft was chosen every round while the prior stood): a few such probes and the policy goes quiet."""
     p = policy(n_max=1)
     # step 0 ran, p_min stopped the draft
     gaps = probe_gaps(p, lambda k: p.observe(0, 0, 1, 1, 0.2 if k else 0.0, 0.0, 1.0, n_chosen=k))
-    assert gaps and p.can_pay() and gaps[-2:] == [128, 128]
+    assert p.quiet() and 1 <= len(gaps) <= 4 and min(gaps) >= 8
 
 
 def test_n_min_keeps_positive_choices_at_least_n_min():
@@ -320,17 +331,22 @@ def drafting_rounds(p, rounds, verify_row_ms):
 def test_a_round_without_drafts_is_timed_before_drafting_is_weighed_against_it():
     """The prior prices a second verify row at a quarter of a decode step; at 0.5 and acceptance 0.5 one draft
     does not pay (1.5 tokens in 1.7 ms against 1 in 1.05), which only a timed plain round shows."""
-    drafted = [i for i in drafting_rounds(policy(n_max=1), 100, 0.5) if i >= 30]
-    assert drafted and all(b - a >= 8 for a, b in zip(drafted, drafted[1:]))  # probes only, once plain was timed
+    drafted = drafting_rounds(policy(n_max=1), 100, 0.5)
+    probes = [i for i in drafted if i >= 8]  # the prior's choices first, then probes only, once plain was timed
+    assert drafted[0] == 0 and probes and all(b - a >= 8 for a, b in zip(probes, probes[1:]))
 
 
-def test_probes_come_ever_more_rarely_while_drafting_does_not_pay_though_half_are_accepted():
-    """A rejected probe doubles the interval, one accepted as expected (estimate ~1/2) that leaves drafting
-    unprofitable keeps it (held-out code on the bundled model: two probes in three accepted, drafting not paying)."""
+def test_probes_half_accepted_where_drafting_does_not_pay_quiet_each_text_after_a_few():
+    """Where one draft accepted half the time does not pay (1.5 tokens in 1.7 ms against 1 in 1.05; held-out code on
+    the bundled model: two probes in three accepted, drafting not paying), a rejected probe that an accepted next one
+    would not redeem quiets the policy: each text pays a few probes and the draft-head rows of its first rounds, not
+    a probe every 128 rounds and every row for as long as it runs. Drafting stays possible (can_pay)."""
     p = policy(n_max=1)
-    drafted = drafting_rounds(p, 1000, 0.5)
-    gaps = [b - a for a, b in zip(drafted, drafted[1:])]
-    assert gaps[-3:] == [128] * 3 and len(drafted) < 45
+    texts = []
+    for _ in range(5):
+        p.wake()  # a new request's text
+        texts.append(drafting_rounds(p, 200, 0.5))
+    assert all(t and max(t) < 40 for t in texts) and all(len(t) <= 3 for t in texts[1:]) and p.quiet()
     assert p.can_pay()  # fully accepted, one draft would pay (2 tokens in 1.7 ms)
 
 
@@ -431,16 +447,25 @@ def test_rows_deferred_by_rounds_without_drafts_are_written(model):
     """After an adaptive generation (rounds without drafts defer the draft head's rows), the sequence resumes at
     its end and drafts exactly as a fresh sequence that wrote every row. (60 tokens: too few rounds for the policy
     to judge that drafting cannot pay on these small files, nine paired probes at least eight rounds apart, after
-    which it would write no rows at all.)"""
+    which it would write no rows at all.) Rejected probes may have quieted the policy (timings decide), which then
+    writes no more rows: a drafting request then resumes where they end, and drafts as a fresh sequence all the same."""
     prompt = random_tokens(80, seed=5)
     tokens, stats = generate(model, prompt, 60, adaptive=True)
-    assert model.generator(temperature=0).policy.can_pay() and stats["rounds_at_length"][0] > 0
+    p = model.generator(temperature=0).policy
+    assert p.can_pay() and stats["rounds_at_length"][0] > 0
+    quiet = p.quiet()
     whole = prompt + tokens  # the last token is not evaluated yet: the sequence resumes one before the end
 
     def drafts(cache_prompt):
         g = model.generator(n_max=3, adaptive=False, temperature=0, seed=0)
         g.start(whole, cache_prompt=cache_prompt)
-        assert g.stats["n_cached_tokens"] == (len(whole) - 1 if cache_prompt else 0)
+        n_cached = g.stats["n_cached_tokens"]
+        if not cache_prompt:
+            assert n_cached == 0
+        elif quiet:
+            assert len(prompt) <= n_cached < len(whole) - 1  # the prompt's rows, not those after the policy quieted
+        else:
+            assert n_cached == len(whole) - 1
         out = []
         for _ in range(6):
             out.append(list(g.draft()))
@@ -449,6 +474,91 @@ def test_rows_deferred_by_rounds_without_drafts_are_written(model):
 
     resumed = drafts(True)
     assert resumed == drafts(False)
+
+
+def test_a_generation_on_text_its_draft_head_misses_goes_quiet_and_the_next_turn_keeps_the_cache(checkpoints):
+    """The random file, its policy having seen drafts rejected 40 times: the generation's first rejected probe quiets
+    it (no draft-head rows from then on) and it decodes plain decoding's tokens. The chat's next turn resumes the
+    whole cached history without drafting (drafting would have to evaluate the rows after the quiet again); a new
+    text, which loses nothing of the cache, wakes the policy and probes again."""
+    from glm5next_runtime import Model
+    ckpt = checkpoints.make("spec-tiny", "tiny", dtype="f32")
+    model = Model(checkpoints.convert(ckpt, outtype="f32"), n_ctx=512, n_threads=2, n_batch=32, draft_n_max=3)
+    prompt = random_tokens(80, seed=16)
+    plain, _ = generate(model, prompt, 60, n_max=0)
+    model.reset()
+    p = model.generator(temperature=0).policy
+    assert play(p, lambda j: False, 3) == [0, 0, 0]  # its opening, timed at this module's costs
+    for _ in range(40):  # one draft, rejected
+        p.observe(1, 0, 2, 1, STEP, 0.0, verify_ms(2))
+    reply, first = generate(model, prompt, 60, cache_prompt=True)
+    assert reply == plain and p.quiet() and 1 <= first["n_drafted"] <= 2
+    turn = prompt + reply + random_tokens(10, seed=17)
+    _, second = generate(model, turn, 20, cache_prompt=True)
+    assert second["n_cached_tokens"] == len(prompt + reply) - 1 and second["n_drafted"] == 0 and p.quiet()
+    _, fresh = generate(model, random_tokens(40, seed=18), 30, cache_prompt=True)
+    assert fresh["n_drafted"] >= 1
+
+
+def test_generations_batched_under_a_quiet_policy_rest_and_their_next_turn_keeps_the_cache(checkpoints):
+    """A batch's policy that went quiet puts the batch's generations to rest (Batch.begin): no drafts and no
+    draft-head rows, plain decoding's tokens. A chat's next turn on such a sequence resumes its whole cached history
+    without drafting, though its own policy could draft: it would have to evaluate that history again (before, it
+    did: a server's every turn after a batch that stopped drafting)."""
+    from glm5next_runtime import Model, _core
+    ckpt = checkpoints.make("spec-tiny", "tiny", dtype="f32")
+    first = Model(checkpoints.convert(ckpt, outtype="f32"), n_ctx=512, n_threads=2, n_batch=32, draft_n_max=3,
+                  n_seq_max=2)
+    models = [first, first.another_sequence()]
+    prompts = [random_tokens(50, seed=19), random_tokens(50, seed=20)]
+    plain = [generate(m, pr, 30, n_max=0)[0] for m, pr in zip(models, prompts)]
+    batch_policy = policy()
+    play(batch_policy, lambda j: False, 200)
+    assert batch_policy.quiet()
+    gens = [m.generator(temperature=0) for m in models]
+    for g, pr in zip(gens, prompts):
+        _core.Batch.start(g, pr, False)
+    batch, out = _core.Batch(first.engine), [[], []]
+    while min(map(len, out)) < 30:
+        batch.set(gens, [30 - len(o) for o in out], batch_policy)
+        batch.begin()
+        while batch.drafting:
+            batch.draft_step([])
+        batch.verify([])
+        for i in range(2):
+            out[i] += batch.emitted(i)
+    for g in gens:
+        g.finish()
+        assert g.stats["n_drafted"] == 0 and g.stats["draft_ms"] == 0.0 and not g.drafting
+    assert out == plain and batch_policy.quiet()
+    history = prompts[0] + out[0]
+    _, turn = generate(models[0], history + random_tokens(10, seed=21), 10, cache_prompt=True)
+    assert turn["n_cached_tokens"] == len(history) - 1 and turn["n_drafted"] == 0
+    assert models[0].generator(temperature=0).policy.can_pay()  # its own policy would have drafted
+
+
+def test_a_new_request_on_the_scheduler_wakes_its_quiet_batch_policies(checkpoints):
+    """The scheduler's batch policies outlive requests: one that went quiet on a batch's text probes the text of the
+    next requests (Scheduler admits them), or batched generations would never draft again."""
+    from types import SimpleNamespace
+    from glm5next_runtime import Model
+    from glm5next_runtime.scheduler import Scheduler
+    ckpt = checkpoints.make("spec-tiny", "tiny", dtype="f32")
+    first = Model(checkpoints.convert(ckpt, outtype="f32"), n_ctx=512, n_threads=2, n_batch=32, draft_n_max=3,
+                  n_seq_max=2)
+    models = [first, first.another_sequence()]
+    scheduler = Scheduler(64)
+    jobs = [m.generation(random_tokens(20, seed=22 + i), max_tokens=40, temperature=0, cache_prompt=False)
+            for i, m in enumerate(models)]
+    batch_policy = scheduler.batch_policy([SimpleNamespace(job=j) for j in jobs])  # two decoding sequences'
+    play(batch_policy, lambda j: False, 200)
+    assert batch_policy.quiet()
+    scheduler.start()
+    try:
+        results = [h.stream.finish() for h in [scheduler.submit(j) for j in jobs]]
+    finally:
+        scheduler.close()
+    assert all(r.metrics["n_drafted"] >= 1 for r in results)  # the probe 8 rounds into the new text
 
 
 def sample(model, prompt, n, **kw):

@@ -4,6 +4,11 @@ same row in a verify pass and in a step of several sequences agree exactly (test
 checks that through the model). It is ggml's reference here, not numpy: numpy only checks that it is a product."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -12,6 +17,10 @@ from glm5next_runtime import _testing
 _FLAGS = next((line.split(":", 1)[1].split() for line in open("/proc/cpuinfo") if line.startswith("flags")), [])
 # one kernel for AVX-512 F/BW/VL/VNNI, one for AVX2 with FMA and F16C (AMD EPYC before Zen 4)
 _KERNEL_CPU = all(f in _FLAGS for f in ("avx2", "fma", "f16c"))
+_AVX512_VNNI = _KERNEL_CPU and all(f in _FLAGS for f in ("avx512f", "avx512bw", "avx512vl", "avx512_vnni"))
+# GLM5NEXT_CPU_KERNELS=avx2: this file's run in a process of its own, below
+_ISA = ("avx512vnni" if _AVX512_VNNI and os.environ.get("GLM5NEXT_CPU_KERNELS", "native") == "native" else
+        "avx2" if _KERNEL_CPU else "")
 needs_kernel_cpu = pytest.mark.skipif(not _KERNEL_CPU, reason="the kernel needs AVX2, FMA and F16C")
 
 
@@ -25,6 +34,7 @@ def test_the_kernel_runs_where_the_cpu_has_avx2_and_is_refused_elsewhere():
     """Where it runs it also matched ggml's vec_dot on the check made once per process; elsewhere the op refuses
     by name (the graphs then use ggml's products: BlockBuilder::rows_kernel)."""
     assert _testing.q8_0_rows_kernel_available() == _KERNEL_CPU
+    assert _testing.q8_0_rows_kernel_isa() == _ISA
     if not _KERNEL_CPU:
         with pytest.raises(ValueError, match="AVX2"):
             _testing.q8_0_product(np.zeros((1, 4, 32), np.float32), np.zeros((1, 2, 32), np.float32))
@@ -87,3 +97,26 @@ def test_bad_shapes_are_refused_by_name():
         _testing.q8_0_product(np.zeros((1, 4, 40), np.float32), np.zeros((1, 2, 40), np.float32))
     with pytest.raises(ValueError, match="without ids w holds one matrix"):
         _testing.q8_0_product(np.zeros((2, 4, 32), np.float32), np.zeros((1, 2, 32), np.float32))
+
+
+def _in_process_with(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *args], env=os.environ | env, capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parents[2], timeout=600)
+
+
+@needs_kernel_cpu
+@pytest.mark.skipif(os.environ.get("GLM5NEXT_CPU_KERNELS") == "avx2", reason="the run this test makes")
+def test_the_avx2_kernel_passes_this_files_tests_on_an_avx512_cpu_too():
+    """GLM5NEXT_CPU_KERNELS=avx2 makes the process choose the AVX2 kernel where the CPU has AVX-512 (it otherwise runs
+    only on CPUs without it, AMD EPYC before Zen 4): this file's tests, run so in a process of their own, test it on
+    whatever machine runs them."""
+    run = _in_process_with({"GLM5NEXT_CPU_KERNELS": "avx2"}, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           str(Path(__file__)))
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    assert " passed" in run.stdout and " failed" not in run.stdout
+
+
+def test_an_unknown_cpu_kernels_setting_is_refused_by_name():
+    run = _in_process_with({"GLM5NEXT_CPU_KERNELS": "sse4"}, "-c",
+                           "from glm5next_runtime import _testing; _testing.q8_0_rows_kernel_isa()")
+    assert run.returncode != 0 and 'GLM5NEXT_CPU_KERNELS = "sse4": expected "native" or "avx2"' in run.stderr
