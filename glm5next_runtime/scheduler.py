@@ -222,16 +222,15 @@ class Scheduler:
         if handle.cancelled:  # gone before it started: its sequence is left as it is
             handle.end(None)
             return
-        for policy in self._batch_policies.values():
-            policy.reconsider()  # a batch policy that gave up judges anew now and then (RECONSIDER_AFTER)
         job = handle.job
         try:
             _core.Batch.start(job.generator, job.prompt, job.cache_prompt)
         except Exception as e:  # noqa: BLE001 - the generation's own fault (its prompt): its stream says so
             handle.end(e)
             return
-        if job.generator.drafting:  # a new text to draft on: quiet batch policies probe it (DraftLengthPolicy.wake)
-            for policy in self._batch_policies.values():
+        for policy in self._batch_policies.values():
+            policy.reconsider()  # a batch policy that gave up judges anew now and then (RECONSIDER_AFTER)
+            if job.generator.drafting:  # a new text to draft on: a quiet one probes it (DraftLengthPolicy.wake)
                 policy.wake()
         if handle.progress:
             handle.report_progress()

@@ -18,6 +18,14 @@
 
 namespace glm5next {
 
+#if GLM5NEXT_X86_KERNELS
+// What each of our few-row kernels needs at least: AVX2 with FMA and F16C (the AVX-512 ones more besides).
+inline bool cpu_has_avx2_fma_f16c() {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+}
+#endif
+
 // Whether our few-row kernels may use AVX-512 where the CPU has it: not when the environment sets
 // GLM5NEXT_CPU_KERNELS=avx2, which makes them choose what a CPU without AVX-512 runs (the AVX2 q8_0 kernel; ggml's
 // ops for f16 and f32 rows), so that those paths are tested on an AVX-512 machine (tests/csrc/test_q8_0_rows.py) and

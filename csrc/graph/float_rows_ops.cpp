@@ -200,9 +200,7 @@ bool matches_vec_dot(ggml_type type) {
 }
 
 bool cpu_supports() {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c") &&
-           __builtin_cpu_supports("avx512f") && avx512_kernels_allowed();
+    return cpu_has_avx2_fma_f16c() && __builtin_cpu_supports("avx512f") && avx512_kernels_allowed();
 }
 
 #endif  // GLM5NEXT_X86_KERNELS

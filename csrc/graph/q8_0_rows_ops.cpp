@@ -259,9 +259,7 @@ bool matches_vec_dot(DotChunk dot) {
 // has it, else AVX2's; null where neither runs or matches.
 DotChunk kernel() {
     static const DotChunk chosen = []() -> DotChunk {
-        __builtin_cpu_init();
-        const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                          __builtin_cpu_supports("f16c");
+        const bool avx2 = cpu_has_avx2_fma_f16c();
         const bool avx512 = avx2 && avx512_kernels_allowed() && __builtin_cpu_supports("avx512f") &&
                             __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
                             __builtin_cpu_supports("avx512vnni");

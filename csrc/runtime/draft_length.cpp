@@ -251,15 +251,8 @@ void DraftLengthPolicy::observe(int n_drafted, int n_accepted, int verify_rows, 
                                 double first_ms, double next_ms, double verify_ms, double between_ms,
                                 int n_chosen) {
     n_drafted = std::clamp(n_drafted, 0, n_max_);
-    const int tried = std::clamp(std::max(n_drafted, n_chosen), 0, n_max_);  // drafts produced or stopped short
-    // Decay per round that drafted: rounds without drafts tell nothing new, and decaying then would bring the prior
-    // back and with it drafting that was found not to pay (measured: 34 rounds of 256 drafted at zero acceptance).
-    // A probe accepted against the estimate's odds (draft 1 estimated below kNewsBelow) is news: the old evidence
-    // then counts half, and the next probe comes within kProbeFirst rounds.
     const bool accepted_probe = probing_ && n_drafted > 0 && n_accepted > 0;
-    const bool news = accepted_probe && acceptance(1) < kNewsBelow;
-    decay(news ? 0.5 : tried > 0 ? std::exp2(-1.0 / kHalfLife) : 1.0);
-    observe_acceptance(n_drafted, n_accepted, n_chosen);
+    const bool news = count_round(n_drafted, n_accepted, n_chosen);
     if (verify_ms >= 0) observe_costs(n_drafted, verify_rows, pending_rows, first_ms, next_ms, verify_ms, between_ms);
     drafted_last_ = n_drafted > 0;
     if (probing_) {  // what the probe told, with its timings
@@ -284,14 +277,23 @@ void DraftLengthPolicy::observe(int n_drafted, int n_accepted, int verify_rows, 
     }
 }
 
-void DraftLengthPolicy::decay(double factor) {
-    for (int i = 0; i < n_max_; ++i) tried_[i] *= factor, kept_[i] *= factor;
+bool DraftLengthPolicy::count_round(int n_drafted, int n_accepted, int n_chosen) {
+    // Decay per round that drafted: rounds without drafts tell nothing new, and decaying then would bring the prior
+    // back and with it drafting that was found not to pay (measured: 34 rounds of 256 drafted at zero acceptance).
+    // A probe accepted against the estimate's odds (draft 1 estimated below kNewsBelow) is news: the old evidence
+    // then counts half, and the next probe comes within kProbeFirst rounds.
+    const int tried = std::clamp(std::max(std::clamp(n_drafted, 0, n_max_), n_chosen), 0, n_max_);  // or stopped short
+    const bool news = probing_ && n_drafted > 0 && n_accepted > 0 && acceptance(1) < kNewsBelow;
+    const double decay = news ? 0.5 : tried > 0 ? std::exp2(-1.0 / kHalfLife) : 1.0;
+    for (int i = 0; i < n_max_; ++i) tried_[i] *= decay, kept_[i] *= decay;
+    observe_acceptance(n_drafted, n_accepted, n_chosen);
+    return news;
 }
 
 bool DraftLengthPolicy::accepted_probe_would_pay() const {
     DraftLengthPolicy after = *this;
-    after.decay(acceptance(1) < kNewsBelow ? 0.5 : std::exp2(-1.0 / kHalfLife));  // news, as observe weighs it
-    after.observe_acceptance(shortest(), shortest());
+    after.probing_ = true;
+    after.count_round(shortest(), shortest(), shortest());
     return after.best(n_max_) > 0;
 }
 

@@ -190,6 +190,12 @@ private:
     // estimate of the position before it (the prior for the first)
     double next_acceptance(int i, double before) const;
     double unit() const;  // plain decoding's round (a one-row verify) in ms now (1 before any was timed)
+    // The acceptance counts after a round (observe's arguments): decayed, or halved when the round was a probe
+    // accepted against the odds (news, which it returns), then its judged drafts counted (observe_acceptance).
+    bool count_round(int n_drafted, int n_accepted, int n_chosen);
+    // Whether drafting would pay (best) after the next probe, were it accepted (count_round as observe would count
+    // it). Judges quiet after a rejected probe.
+    bool accepted_probe_would_pay() const;
 
     int n_max_, n_min_;
     RoundCostPrior prior_;
@@ -215,10 +221,6 @@ private:
     bool gave_up_ = false;
     int64_t dormant_rounds_ = 0;  // rounds without drafts since gave_up_ (observe_dormant)
     bool quiet_ = false;
-    // Whether drafting would pay (best) after the next probe, were it accepted: the decay or news observe would
-    // apply, then its drafts accepted. Judges quiet after a rejected probe.
-    bool accepted_probe_would_pay() const;
-    void decay(double factor);  // the acceptance counts' (tried_, kept_)
 };
 
 }  // namespace glm5next

@@ -360,6 +360,16 @@ def model(request, checkpoints):
     return Model(checkpoints.convert(ckpt, outtype="f32"), n_ctx=512, n_threads=2, draft_n_max=3)
 
 
+def slots(checkpoints, preset: str, n: int = 1):
+    """n Models on one engine (a server's slots: Model.another_sequence) of the f32 file of `preset`, ubatches of 32
+    rows (so that a chat's history is longer than one), up to 3 drafts; each with its own policies."""
+    from glm5next_runtime import Model
+    ckpt = checkpoints.make(f"spec-{preset}", preset, dtype="f32")
+    first = Model(checkpoints.convert(ckpt, outtype="f32"), n_ctx=512, n_threads=2, n_batch=32, draft_n_max=3,
+                  n_seq_max=n)
+    return [first] + [first.another_sequence() for _ in range(n - 1)]
+
+
 def generate(model, prompt, n, cache_prompt=False, **kw):
     g = model.generator(temperature=0, seed=0, **kw)
     out = [g.start(prompt, cache_prompt=cache_prompt)]
@@ -481,9 +491,7 @@ def test_a_generation_on_text_its_draft_head_misses_goes_quiet_and_the_next_turn
     it (no draft-head rows from then on) and it decodes plain decoding's tokens. The chat's next turn resumes the
     whole cached history without drafting (drafting would have to evaluate the rows after the quiet again); a new
     text, which loses nothing of the cache, wakes the policy and probes again."""
-    from glm5next_runtime import Model
-    ckpt = checkpoints.make("spec-tiny", "tiny", dtype="f32")
-    model = Model(checkpoints.convert(ckpt, outtype="f32"), n_ctx=512, n_threads=2, n_batch=32, draft_n_max=3)
+    model, = slots(checkpoints, "tiny")
     prompt = random_tokens(80, seed=16)
     plain, _ = generate(model, prompt, 60, n_max=0)
     model.reset()
@@ -505,11 +513,8 @@ def test_generations_batched_under_a_quiet_policy_rest_and_their_next_turn_keeps
     draft-head rows, plain decoding's tokens. A chat's next turn on such a sequence resumes its whole cached history
     without drafting, though its own policy could draft: it would have to evaluate that history again (before, it
     did: a server's every turn after a batch that stopped drafting)."""
-    from glm5next_runtime import Model, _core
-    ckpt = checkpoints.make("spec-tiny", "tiny", dtype="f32")
-    first = Model(checkpoints.convert(ckpt, outtype="f32"), n_ctx=512, n_threads=2, n_batch=32, draft_n_max=3,
-                  n_seq_max=2)
-    models = [first, first.another_sequence()]
+    from glm5next_runtime import _core
+    models = slots(checkpoints, "tiny", 2)
     prompts = [random_tokens(50, seed=19), random_tokens(50, seed=20)]
     plain = [generate(m, pr, 30, n_max=0)[0] for m, pr in zip(models, prompts)]
     batch_policy = policy()
@@ -518,7 +523,7 @@ def test_generations_batched_under_a_quiet_policy_rest_and_their_next_turn_keeps
     gens = [m.generator(temperature=0) for m in models]
     for g, pr in zip(gens, prompts):
         _core.Batch.start(g, pr, False)
-    batch, out = _core.Batch(first.engine), [[], []]
+    batch, out = _core.Batch(models[0].engine), [[], []]
     while min(map(len, out)) < 30:
         batch.set(gens, [30 - len(o) for o in out], batch_policy)
         batch.begin()
@@ -541,12 +546,8 @@ def test_a_new_request_on_the_scheduler_wakes_its_quiet_batch_policies(checkpoin
     """The scheduler's batch policies outlive requests: one that went quiet on a batch's text probes the text of the
     next requests (Scheduler admits them), or batched generations would never draft again."""
     from types import SimpleNamespace
-    from glm5next_runtime import Model
     from glm5next_runtime.scheduler import Scheduler
-    ckpt = checkpoints.make("spec-tiny", "tiny", dtype="f32")
-    first = Model(checkpoints.convert(ckpt, outtype="f32"), n_ctx=512, n_threads=2, n_batch=32, draft_n_max=3,
-                  n_seq_max=2)
-    models = [first, first.another_sequence()]
+    models = slots(checkpoints, "tiny", 2)
     scheduler = Scheduler(64)
     jobs = [m.generation(random_tokens(20, seed=22 + i), max_tokens=40, temperature=0, cache_prompt=False)
             for i, m in enumerate(models)]
@@ -644,9 +645,7 @@ def test_reconsidering_waits_for_a_request_that_loses_little_of_the_cached_promp
     """Drafting resumes a prompt only where the draft head's rows end, and a dormant sequence wrote none: a chat's
     next turn, whose history is cached, keeps that cache and stays without drafts; a request that loses at most one
     ubatch (n_batch) of it, here a new conversation, judges anew."""
-    from glm5next_runtime import Model
-    ckpt = checkpoints.make("spec-predictable", "predictable", dtype="f32")
-    model = Model(checkpoints.convert(ckpt, outtype="f32"), n_ctx=512, n_threads=2, n_batch=32, draft_n_max=3)
+    model, = slots(checkpoints, "predictable")
     p = model.generator(temperature=0).policy
     timed(p, 9, 1.0, 1.9, 0.2)
     history = random_tokens(100, seed=13)
