@@ -104,11 +104,9 @@ void Engine::reserve(const Sequence & seq) {
         shape.sequence = seq.id();
         TrunkRows r{seq.cache().view(), shape.n_rows, shape.all_logits, shape.snapshots};
         r.cache.n_past = n_past;
-        ggml_context * ctx = nullptr;
         GraphSlot & slot = graphs_->of(GraphShape{GraphShape::kTrunk, {shape}});
-        TrunkGraph & g = slot.new_trunk(&ctx);
-        build_trunk_graph(g, ctx, model_, {r});
-        slot.reserve(g.gf, why);
+        slot.reserve<TrunkGraph>([&](TrunkGraph & g, ggml_context * ctx) { build_trunk_graph(g, ctx, model_, {r}); },
+                                 why);
     };
     for (int64_t n_past : {dense_end - rows, n_ctx - rows}) {
         if (n_past >= 0) reserve_trunk(PartShape{0, rows, true, false}, n_past, what);
@@ -124,12 +122,13 @@ void Engine::reserve(const Sequence & seq) {
     for (const auto & [n, shared] : {std::pair{int64_t(1), true}, std::pair{few, false}}) {
         DraftRows r{seq.draft_cache()->view(), n, shared, true};
         r.cache.n_past = n_ctx - n;
-        ggml_context * ctx = nullptr;
         GraphSlot & slot = graphs_->of(
             GraphShape{GraphShape::kDraft, {PartShape{seq.id(), n, false, false, shared, true}}});
-        DraftGraph & g = slot.new_draft(&ctx);
-        build_draft_graph(g, ctx, draft_model_, draft_weights_->layer(), {r});
-        slot.reserve(g.gf, "the draft head's steps and n_ctx = " + std::to_string(n_ctx));
+        slot.reserve<DraftGraph>(
+            [&](DraftGraph & g, ggml_context * ctx) {
+                build_draft_graph(g, ctx, draft_model_, draft_weights_->layer(), {r});
+            },
+            "the draft head's steps and n_ctx = " + std::to_string(n_ctx));
     }
 }
 
@@ -305,10 +304,9 @@ void Engine::run_trunk(const std::vector<TrunkPart> & parts) {
             const TrunkPart & p = parts[i];
             rows.push_back(TrunkRows{p.seq->cache().view(), p.n, p.all_logits, p.verify});
         }
-        ggml_context * ctx = nullptr;
-        reused = &slot.new_trunk(&ctx);
-        build_trunk_graph(*reused, ctx, model_, rows);
-        slot.alloc(reused->gf, shape, profile_traffic_);
+        reused = &slot.build<TrunkGraph>(
+            shape, [&](TrunkGraph & g, ggml_context * ctx) { build_trunk_graph(g, ctx, model_, rows); },
+            profile_traffic_);
     }
     TrunkGraph & g = *reused;
     g.set_inputs(tokens.data(), n_past);
@@ -403,10 +401,12 @@ void Engine::run_draft(const std::vector<DraftPart> & parts) {
             const DraftPart & p = parts[i];
             rows.push_back(DraftRows{p.seq->draft_cache()->view(), p.n, p.saved_pools != nullptr, p.out != nullptr});
         }
-        ggml_context * ctx = nullptr;
-        reused = &slot.new_draft(&ctx);
-        build_draft_graph(*reused, ctx, draft_model_, draft_weights_->layer(), rows);
-        slot.alloc(reused->gf, shape, profile_traffic_);
+        reused = &slot.build<DraftGraph>(
+            shape,
+            [&](DraftGraph & g, ggml_context * ctx) {
+                build_draft_graph(g, ctx, draft_model_, draft_weights_->layer(), rows);
+            },
+            profile_traffic_);
     }
     DraftGraph & g = *reused;
     g.set_inputs(hidden.data(), tokens.data(), pos0, saved, saved_p0);  // hidden is copied: out may be written now

@@ -39,17 +39,21 @@ GraphSlot::~GraphSlot() {
     ++epoch_.value;  // its buffers are freed
 }
 
-bool GraphSlot::alloc_graph(ggml_cgraph * gf) {
-    std::vector<size_t> before;
-    for (ggml_backend_t b : backends_) before.push_back(ggml_backend_sched_get_buffer_size(sched_, b));
-    const bool ok = ggml_backend_sched_alloc_graph(sched_, gf);
-    for (size_t i = 0; i < backends_.size(); ++i) {
-        if (ggml_backend_sched_get_buffer_size(sched_, backends_[i]) != before[i]) ++epoch_.value;
-    }
-    allocated_at_ = epoch_.value;
-    return ok;
+std::vector<size_t> GraphSlot::buffer_sizes() const {
+    std::vector<size_t> sizes;
+    for (ggml_backend_t b : backends_) sizes.push_back(ggml_backend_sched_get_buffer_size(sched_, b));
+    return sizes;
 }
 
+bool GraphSlot::plan(ggml_cgraph * gf) {
+    const std::vector<size_t> before = buffer_sizes();
+    // the last graph's backend assignments and pins are forgotten (its tensors' metadata lived where gf's does now)
+    ggml_backend_sched_reset(sched_);
+    pin_cpu_ops(gf);
+    const bool ok = ggml_backend_sched_reserve(sched_, gf);  // (resets the scheduler after: pins included)
+    if (buffer_sizes() != before) ++epoch_.value;
+    return ok;
+}
 
 void GraphSlot::clear() {
     trunk_.reset();
@@ -66,16 +70,14 @@ ggml_context * GraphSlot::begin() {
     return ctx_;
 }
 
-TrunkGraph & GraphSlot::new_trunk(ggml_context ** ctx) {
-    *ctx = begin();
-    trunk_ = std::make_unique<TrunkGraph>();
-    return *trunk_;
+template <>
+std::unique_ptr<TrunkGraph> & GraphSlot::held<TrunkGraph>() {
+    return trunk_;
 }
 
-DraftGraph & GraphSlot::new_draft(ggml_context ** ctx) {
-    *ctx = begin();
-    draft_ = std::make_unique<DraftGraph>();
-    return *draft_;
+template <>
+std::unique_ptr<DraftGraph> & GraphSlot::held<DraftGraph>() {
+    return draft_;
 }
 
 // The device whose memory holds t's data, through views and rows gathered from a cache (a cache's; the states of
@@ -102,27 +104,46 @@ void GraphSlot::pin_cpu_ops(ggml_cgraph * gf) {
     }
 }
 
-void GraphSlot::reserve(ggml_cgraph * gf, const std::string & what) {
-    pin_cpu_ops(gf);
-    const bool ok = ggml_backend_sched_reserve(sched_, gf);
-    ++epoch_.value;  // (its buffers may have grown)
+template <typename Graph>
+void GraphSlot::reserve(const Builder<Graph> & build, const std::string & what) {
+    bool ok = false;
+    {
+        Graph g;
+        build(g, begin());
+        ok = plan(g.gf);
+    }
     clear();
     if (!ok) throw std::runtime_error("cannot allocate the compute buffers for " + what);
 }
 
-void GraphSlot::alloc(ggml_cgraph * gf, const GraphShape & shape, bool profile) {
+template <typename Graph>
+Graph & GraphSlot::build(const GraphShape & shape, const Builder<Graph> & build, bool profile) {
     ++n_built_;
-    ggml_backend_sched_reset(sched_);
-    pin_cpu_ops(gf);
-    const GraphSources sources = profile ? graph_sources(gf) : GraphSources{};
-    if (!alloc_graph(gf)) {
+    reserve(build, "a graph");  // the twin (see the header)
+    ggml_context * ctx = begin();
+    std::unique_ptr<Graph> & g = held<Graph>();
+    g = std::make_unique<Graph>();
+    build(*g, ctx);
+    pin_cpu_ops(g->gf);
+    const GraphSources sources = profile ? graph_sources(g->gf) : GraphSources{};
+    const std::vector<size_t> before = buffer_sizes();
+    const bool ok = ggml_backend_sched_alloc_graph(sched_, g->gf);
+    if (buffer_sizes() != before) ++epoch_.value;
+    allocated_at_ = epoch_.value;
+    if (!ok) {
         clear();
         throw std::runtime_error("cannot allocate the compute buffers of a graph");
     }
     bytes_copied_ = profile ? glm5next::bytes_copied(sched_, sources) : 0;
-    gf_ = gf;
+    gf_ = g->gf;
     shape_ = shape;
+    return *g;
 }
+
+template void GraphSlot::reserve<TrunkGraph>(const Builder<TrunkGraph> &, const std::string &);
+template void GraphSlot::reserve<DraftGraph>(const Builder<DraftGraph> &, const std::string &);
+template TrunkGraph & GraphSlot::build<TrunkGraph>(const GraphShape &, const Builder<TrunkGraph> &, bool);
+template DraftGraph & GraphSlot::build<DraftGraph>(const GraphShape &, const Builder<DraftGraph> &, bool);
 
 void GraphSlot::compute(bool profile, GraphOpTimes * ops) {
     std::optional<CopyTimer> timer;

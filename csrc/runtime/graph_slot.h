@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -47,7 +48,7 @@ struct GraphShape {
 };
 
 // The device buffers of an engine's schedulers (and caches) changed: a count that every slot compares with the one it
-// allocated its graph at (GraphSlot::refresh). Why: ggml's RPC server forgets the graphs it keeps for recomputing
+// allocated its graph at (GraphSlot::holds). Why: ggml's RPC server forgets the graphs it keeps for recomputing
 // whenever any buffer of its is freed, while the client side, which asks for a recompute of the last graph it sent a
 // device by that graph's id, does not know (ggml-rpc.cpp, rpc_server::free_buffer; ggml_backend_rpc_graph_compute):
 // a graph of one slot run again after another slot's buffers were reallocated asked for a recompute the server could
@@ -81,16 +82,29 @@ public:
     TrunkGraph * trunk(const GraphShape & shape) { return holds(shape) ? trunk_.get() : nullptr; }
     DraftGraph * draft(const GraphShape & shape) { return holds(shape) ? draft_.get() : nullptr; }
 
-    // Drops what the slot holds and returns an empty graph with the context to build it in, for alloc or reserve.
-    TrunkGraph & new_trunk(ggml_context ** ctx);
-    DraftGraph & new_draft(ggml_context ** ctx);
+    // What builds a graph into the object and the no_alloc context it is given (the object's gf and inputs). It may
+    // run more than once per graph (build); each run must build the same graph.
+    template <typename Graph>
+    using Builder = std::function<void(Graph & g, ggml_context * ctx)>;
 
-    // Sizes the compute buffers for gf (a graph just built here), then drops it. Throws std::runtime_error when a
-    // device cannot hold them, saying `what`.
-    void reserve(ggml_cgraph * gf, const std::string & what);
-    // Allocates gf (a graph just built here), which the slot then holds as the graph of `shape`; with `profile`
-    // counts the bytes it copies between devices. Throws std::runtime_error when allocation fails.
-    void alloc(ggml_cgraph * gf, const GraphShape & shape, bool profile);
+    // Builds the graph of `shape` with `build`, plans and allocates it; the slot then holds it (trunk(), draft()).
+    // With `profile`, counts the bytes it copies between devices. Throws std::runtime_error when allocation fails.
+    // `build` runs twice: once for a twin that ggml's scheduler plans (ggml_backend_sched_reserve), then for the
+    // graph it allocates by that plan. Why: ggml_backend_sched_alloc_graph reuses the plan of the last graph planned
+    // when the new one has as many nodes and leafs and each node fits its old place (ggml-alloc.c,
+    // ggml_gallocr_needs_realloc), which says nothing of which tensors live at once nor of the leafs' places: a graph
+    // of another shape took places planned for other tensors (tests/csrc/test_graph_slot.py: 2x overwritten while
+    // still needed; with the KDA states read as views of the cells, a 4-slot server crashed in
+    // ggml_gallocr_alloc_graph, stop 42). The twin, not the graph itself: planning splits a graph for its backends
+    // and points its nodes at the split's copies of inputs from other devices (ggml_backend_sched_split_graph), which
+    // the next split frees, so a graph split twice reads freed copies (an RPC device got an index input never set).
+    // Costs a second build (~0.16 ms on the bundled model) once per shape: graphs are kept (GraphSlots).
+    template <typename Graph>
+    Graph & build(const GraphShape & shape, const Builder<Graph> & build, bool profile);
+    // Sizes the compute buffers for the graph `build` makes, then drops it. Throws std::runtime_error when a device
+    // cannot hold them, saying `what`.
+    template <typename Graph>
+    void reserve(const Builder<Graph> & build, const std::string & what);
     // Runs the graph the slot holds (after its inputs were set); with `profile` times the copies between devices,
     // with `ops` each node, into it (runtime/op_profile.h; not both: Engine refuses).
     void compute(bool profile, GraphOpTimes * ops = nullptr);
@@ -105,9 +119,14 @@ public:
 
 private:
     ggml_context * begin();
+    template <typename Graph>
+    std::unique_ptr<Graph> & held();  // trunk_ or draft_
     void pin_cpu_ops(ggml_cgraph * gf);
-    // ggml_backend_sched_alloc_graph, counting in the epoch a change of the scheduler's buffers.
-    bool alloc_graph(ggml_cgraph * gf);
+    // The sizes of the scheduler's compute buffers, one per backend.
+    std::vector<size_t> buffer_sizes() const;
+    // Plans gf (ggml_backend_sched_reserve), counting in the epoch a change of the scheduler's buffers; false when a
+    // device cannot hold them.
+    bool plan(ggml_cgraph * gf);
     bool holds(const GraphShape & shape) const {
         return shape_ == shape && (!several_ || allocated_at_ == epoch_.value);
     }

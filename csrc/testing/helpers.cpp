@@ -13,6 +13,7 @@
 #include "graph/float_rows_ops.h"
 #include "graph/mhc_ops.h"
 #include "graph/q8_0_rows_ops.h"
+#include "runtime/graph_slot.h"
 
 namespace glm5next {
 
@@ -112,6 +113,36 @@ void rows_product_f32(ggml_type type, const float *w, const float *x, const int3
         compute_on_cpu(y, {{tw, wdata}, {tx, x}, {tids, (const float *) ids}}, out, ctx.get());
     } else {
         compute_on_cpu(y, {{tw, wdata}, {tx, x}}, out, ctx.get());
+    }
+}
+
+void one_slot_two_graphs(const float *x, float *out_a, float *out_b, int64_t n) {
+    if (n < 1) throw std::invalid_argument("one_slot_two_graphs: n must be >= 1");
+    ggml_backend_ptr cpu(ggml_backend_cpu_init());
+    if (!cpu) throw std::runtime_error("ggml_backend_cpu_init failed");
+    std::vector<ggml_backend_t> backends{cpu.get()};
+    BufferEpoch epoch;
+    const CpuPins pins;
+    GraphSlot slot(backends, cpu.get(), 16, epoch, pins);
+    for (const bool b : {false, true}) {
+        ggml_tensor * in = nullptr;
+        ggml_tensor * out = nullptr;
+        auto build = [&](TrunkGraph & g, ggml_context * ctx) {
+            in = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, n);
+            ggml_set_input(in);
+            ggml_tensor * x2 = ggml_scale(ctx, in, 2.0f);
+            ggml_tensor * x30 = ggml_scale(ctx, ggml_scale(ctx, x2, 3.0f), 5.0f);
+            out = b ? ggml_add(ctx, x2, x30) : ggml_add(ctx, x30, x30);
+            ggml_set_output(out);
+            g.gf = ggml_new_graph_custom(ctx, 16, false);
+            ggml_build_forward_expand(g.gf, out);
+        };
+        GraphShape shape{GraphShape::kTrunk, {PartShape{}}};
+        shape.parts[0].n_rows = b ? 2 : 1;  // another shape: the slot builds b's graph anew
+        slot.build<TrunkGraph>(shape, build, false);
+        ggml_backend_tensor_set(in, x, 0, ggml_nbytes(in));
+        slot.compute(false);
+        ggml_backend_tensor_get(out, b ? out_b : out_a, 0, ggml_nbytes(out));
     }
 }
 

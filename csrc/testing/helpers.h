@@ -29,4 +29,10 @@ void hc_post_f32(const float *x, const float *residual, const float *post, const
 void rows_product_f32(ggml_type type, const float *w, const float *x, const int32_t *ids, float *out, int64_t n_mat,
                       int64_t M, int64_t K, int64_t n_x, int64_t T, int64_t n_used, bool ggml_kernel);
 
+// Two graphs of one slot (runtime/graph_slot.h, one CPU backend), run in turn on x [n]: first
+// a = 2 * ((2x * 3) * 5) (each tensor used once: ggml's allocator may compute each step in the place of the one
+// before), then b = 2x + (2x * 3) * 5 (2x lives until the end), whose graphs have as many nodes and leafs as a's, of
+// the same sizes. Writes a into out_a and b into out_b (n floats each). Throws std::runtime_error when ggml fails.
+void one_slot_two_graphs(const float *x, float *out_a, float *out_b, int64_t n);
+
 }  // namespace glm5next

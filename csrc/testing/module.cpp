@@ -195,4 +195,26 @@ Raises:
             "The few-row q8_0 kernel's instruction set here: \"avx512vnni\", \"avx2\" (also on an AVX-512 CPU with "
             "GLM5NEXT_CPU_KERNELS=avx2 in the environment) or \"\" (none runs). ValueError for another value of that "
             "variable than \"native\" or \"avx2\".");
+
+    mod.def("one_slot_two_graphs",
+            [](const f32_array &x) {
+                if (x.ndim() != 1) throw std::invalid_argument("one_slot_two_graphs: x must be 1-D");
+                py::array_t<float> a(x.shape(0)), b(x.shape(0));
+                glm5next::one_slot_two_graphs(x.data(), a.mutable_data(), b.mutable_data(), x.shape(0));
+                return py::make_tuple(a, b);
+            },
+            py::arg("x"),
+            R"doc(Two graphs allocated in turn in one graph slot (csrc/runtime/graph_slot.h) on the CPU backend, for
+tests: a = 2 * ((2x * 3) * 5), in which each tensor is used once, then b = 2x + (2x * 3) * 5, in which 2x lives until
+the end, with as many nodes and leafs as a's graph, of the same sizes.
+
+Args:
+    x: float32 (n,).
+
+Returns:
+    (a, b): float32 arrays (n,).
+
+Raises:
+    ValueError: x not 1-D. RuntimeError: ggml failed to allocate or compute a graph.
+)doc");
 }
