@@ -40,6 +40,8 @@ constexpr int kPairs = 4;
 // each of n threads quantize 4096 rows.
 constexpr int64_t kQuantizeInGraph = 16;
 constexpr int kChunkRows = 2 * kPairs;
+// The weight rows multiplied with one chunk after another (multiply): ~64 KB, an L2's share.
+constexpr int64_t kTileBytes = 64 * 1024;
 
 // What one product reads and writes (x: f32 rows, or q8_0 ones when x_q8_0).
 struct Operands : RowsOperands {
@@ -122,13 +124,15 @@ GLM5NEXT_AVX2 void dot_chunk_avx2(const BlockQ8 * w, int64_t nb, const int8_t * 
     for (int64_t ib = 0; ib < nb; ++ib) {
         const __m256i qx = _mm256_loadu_si256((const __m256i *) w[ib].qs);
         const __m256i ax = _mm256_sign_epi8(qx, qx);
-        const float dw = _cvtsh_ss(w[ib].d);
+        // d_w * d_x as vec_dot's set1(d_w * d_x): the same product in every lane, from x's 8 copies (pack); a
+        // broadcast of the scalar product per row was ~12% slower (AVX2 measure above)
+        const __m256 dw = _mm256_set1_ps(_cvtsh_ss(w[ib].d));
         const int8_t * yb = yq + ib * kPairs * 64;
         const float * db = yd + ib * kPairs * 16;
         for (int r = 0; r < N; ++r) {
             const __m256i sy = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *) (yb + r * kBlock)), qx);
             const __m256 q = _mm256_cvtepi32_ps(_mm256_madd_epi16(ones, _mm256_maddubs_epi16(ax, sy)));
-            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * db[r * 8]), q, acc[r]);
+            acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_loadu_ps(db + r * 8)), q, acc[r]);
         }
     }
     for (int r = 0; r < N; ++r) out[r] = hsum_float_8(acc[r]);
@@ -210,15 +214,22 @@ void multiply(const Operands & o, int ith, int nth, DotChunk dot) {
         const auto & cols = s.cols[e];
         if (cols.empty()) continue;
         pack(o, cols, s);
-        for (int64_t r = r0; r < r1; ++r) {
-            const BlockQ8 * wr = (const BlockQ8 *) (o.w + r * o.w_nb1 + e * o.w_nb2);
+        // weight rows by tiles of ~kTileBytes, each tile's rows against one chunk after another, so that a chunk
+        // stays in L1 and a tile in L2. Before, each weight row read every chunk again from L2. Measured on AVX2
+        // (AMD EPYC, 2 threads, 512 rows over 32 experts, 4 per row, fastest of 9): the down projection (K 512,
+        // M 1024) 42 -> 19 ms, gate (K 1024, M 512) 25 -> 17 ms; ggml's mul_mat_id 27-31 and 25-29 ms
+        const int64_t tile = std::max<int64_t>(1, kTileBytes / (int64_t) o.w_nb1);
+        for (int64_t rt = r0; rt < r1; rt += tile) {
             for (size_t c0 = 0; c0 < cols.size(); c0 += kChunkRows) {
                 const int64_t n = std::min<int64_t>(kChunkRows, cols.size() - c0);
                 const int64_t chunk = c0 / kChunkRows;
-                dot(n, wr, nb, &s.yq[chunk * nb * kPairs * 64], &s.yd[chunk * nb * kPairs * 16], dots);
-                for (int64_t c = 0; c < n; ++c) {
-                    const auto [j, t] = cols[c0 + c];
-                    *(float *) (o.out + r * sizeof(float) + j * o.out_nb1 + t * o.out_nb2) = dots[c];
+                for (int64_t r = rt; r < std::min(r1, rt + tile); ++r) {
+                    const BlockQ8 * wr = (const BlockQ8 *) (o.w + r * o.w_nb1 + e * o.w_nb2);
+                    dot(n, wr, nb, &s.yq[chunk * nb * kPairs * 64], &s.yd[chunk * nb * kPairs * 16], dots);
+                    for (int64_t c = 0; c < n; ++c) {
+                        const auto [j, t] = cols[c0 + c];
+                        *(float *) (o.out + r * sizeof(float) + j * o.out_nb1 + t * o.out_nb2) = dots[c];
+                    }
                 }
             }
         }

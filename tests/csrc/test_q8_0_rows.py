@@ -70,6 +70,13 @@ def test_routed_experts_of_a_prompt_ubatch_equal_ggml_mul_mat_id():
     _routed_experts_equal_ggml(512, 4, n_expert=16, k=4, K=1024, M=64)
 
 
+@needs_kernel_cpu
+def test_weight_rows_of_several_tiles_against_several_chunks_equal_ggml_mul_mat_id():
+    """Each thread's 75 weight rows of K = 1024 span two tiles (~64 KB: 60 rows), each against 4 chunks of 8 rows
+    of x, the last partial (29 rows routed to each expert)."""
+    _routed_experts_equal_ggml(29, 1, n_expert=2, k=2, K=1024, M=150)
+
+
 def _routed_experts_equal_ggml(T, n_x, n_expert, k, K, M):
     rng = np.random.default_rng(10 * T + n_x)
     w = _rows(rng, n_expert, M, K)
