@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "graph/delta_rule_ops.h"
 #include "graph/float_rows_ops.h"
 #include "graph/indexer_ops.h"
 #include "graph/mhc_ops.h"
@@ -63,6 +64,15 @@ bool BlockBuilder::rows_kernel(const ggml_tensor * w) const {
     if (!cpu_kernels || !on_cpu(w)) return false;
     if (w->type == GGML_TYPE_Q8_0) return q8_0_rows_kernel_available();
     return float_rows_fit(w) && float_rows_kernel_available(w->type);
+}
+
+ggml_tensor * BlockBuilder::gated_delta(ggml_tensor * q, ggml_tensor * k, ggml_tensor * v, ggml_tensor * g,
+                                        ggml_tensor * beta, ggml_tensor * state, int64_t K,
+                                        const ggml_tensor * cache) const {
+    if (cpu_kernels && on_cpu(cache) && delta_rule_fits(v->ne[0]) && delta_rule_kernel_available()) {
+        return delta_rule(ctx, q, k, v, g, beta, state, K);
+    }
+    return ggml_gated_delta_net(ctx, q, k, v, g, beta, state, K);
 }
 
 ggml_tensor * BlockBuilder::rows_mul_mat(ggml_tensor * w, ggml_tensor * x, ggml_tensor * ids) const {
@@ -236,9 +246,10 @@ ggml_tensor * BlockBuilder::kda(ggml_tensor * x, const LayerWeights & w, uint32_
             const LayerCache & c = part.cache.layer(il);
             const int64_t r0 = part.row0, n = part.n_rows;
             ggml_tensor * state = ggml_reshape_4d(ctx, c.state, d, d, nh, 1);
-            ggml_tensor * packed = ggml_gated_delta_net(ctx, rows_view(ctx, q, 2, r0, n), rows_view(ctx, k, 2, r0, n),
-                                                        rows_view(ctx, v, 2, r0, n), rows_view(ctx, gate, 2, r0, n),
-                                                        rows_view(ctx, beta, 2, r0, n), state, part.keep_snapshots ? n : 1);
+            ggml_tensor * packed = gated_delta(rows_view(ctx, q, 2, r0, n), rows_view(ctx, k, 2, r0, n),
+                                               rows_view(ctx, v, 2, r0, n), rows_view(ctx, gate, 2, r0, n),
+                                               rows_view(ctx, beta, 2, r0, n), state, part.keep_snapshots ? n : 1,
+                                               c.state);
             if (part.keep_snapshots) keep_snapshots({&part}, il, packed, xts[p]);
             outs.push_back(ggml_view_3d(ctx, packed, d, nh, n, d * sizeof(float), d * nh * sizeof(float), 0));
             ggml_tensor * new_state = ggml_view_1d(ctx, packed, d * d * nh, d * nh * n * sizeof(float));
@@ -286,8 +297,8 @@ ggml_tensor * BlockBuilder::delta_rule_over_cells(ggml_tensor * q, ggml_tensor *
     ggml_tensor * cells = group->cells_input(hp).add_cells(ctx);
     ggml_tensor * states = ggml_reshape_4d(ctx, ggml_get_rows(ctx, all.state, cells), d, d, nh, P);
     auto per_part = [&](ggml_tensor * t) { return ggml_reshape_4d(ctx, t, t->ne[0], nh, n, P); };
-    ggml_tensor * packed = ggml_gated_delta_net(ctx, per_part(q), per_part(k), per_part(v), per_part(gate),
-                                                per_part(beta), states, snapshots ? n : 1);
+    ggml_tensor * packed = gated_delta(per_part(q), per_part(k), per_part(v), per_part(gate), per_part(beta), states,
+                                       snapshots ? n : 1, all.state);
     // after the T outputs: slot 0, the P final states of d*d*nh each
     ggml_tensor * new_states =
         ggml_view_2d(ctx, packed, d * d * nh, P, d * d * nh * sizeof(float), d * nh * T * sizeof(float));

@@ -162,6 +162,11 @@ private:
     // built with CPU kernels, q8_0 (graph/q8_0_rows_ops.h) or f16/f32 (graph/float_rows_ops.h: float_rows_fit), on a
     // CPU that kernel runs on.
     bool rows_kernel(const ggml_tensor * w) const;
+    // KDA's gated delta rule (ggml_gated_delta_net's arguments) over the states of `cache` (the cache tensor they
+    // come from, for its device): this project's op where that cache is on the CPU in a layer built with CPU kernels,
+    // the op takes the head size and runs here (graph/delta_rule_ops.h), else ggml's.
+    ggml_tensor * gated_delta(ggml_tensor * q, ggml_tensor * k, ggml_tensor * v, ggml_tensor * g, ggml_tensor * beta,
+                              ggml_tensor * state, int64_t K, const ggml_tensor * cache) const;
     // That kernel's product (q8_0_mul_mat_rows or float_mul_mat_rows; their arguments).
     ggml_tensor * rows_mul_mat(ggml_tensor * w, ggml_tensor * x, ggml_tensor * ids) const;
     // i32 [n_experts, n_cols] whose every column is 0, 1, ..., n_experts - 1 (mm's routing of rows to matrices),

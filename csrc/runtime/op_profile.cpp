@@ -1,5 +1,6 @@
 #include "runtime/op_profile.h"
 
+#include "graph/delta_rule_ops.h"
 #include "graph/float_rows_ops.h"
 #include "graph/q8_0_rows_ops.h"
 #include "runtime/traffic.h"
@@ -41,6 +42,7 @@ std::string op_key(const ggml_tensor * node) {
     }
     if (is_q8_0_rows(node)) key += node->src[2] != nullptr ? " q8_0 rows, experts" : " q8_0 rows";
     if (is_float_rows(node)) key += std::string(" ") + ggml_type_name(node->src[0]->type) + " rows";
+    if (is_delta_rule(node)) key += " delta rule";
     return key;
 }
 

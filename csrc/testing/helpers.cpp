@@ -1,6 +1,7 @@
 #include "testing/helpers.h"
 
 #include <algorithm>
+#include <chrono>
 #include <initializer_list>
 #include <utility>
 #include <stdexcept>
@@ -10,6 +11,7 @@
 #include "ggml-backend.h"
 #include "ggml-cpp.h"
 #include "ggml-cpu.h"
+#include "graph/delta_rule_ops.h"
 #include "graph/float_rows_ops.h"
 #include "graph/mhc_ops.h"
 #include "graph/q8_0_rows_ops.h"
@@ -144,6 +146,46 @@ void one_slot_two_graphs(const float *x, float *out_a, float *out_b, int64_t n) 
         slot.compute(false);
         ggml_backend_tensor_get(out, b ? out_b : out_a, 0, ggml_nbytes(out));
     }
+}
+
+double delta_rule_f32(const float *q, const float *k, const float *v, const float *g, const float *beta,
+                      const float *state, float *out, int64_t S, int64_t H, int64_t T, int64_t B, int64_t K,
+                      bool ggml_kernel, int reps, int n_threads) {
+    if (S < 1 || H < 1 || T < 1 || B < 1 || K < 1 || reps < 1 || n_threads < 1) {
+        throw std::invalid_argument("delta_rule_f32: all dimensions, reps and n_threads must be >= 1");
+    }
+    ggml_context_ptr ctx = metadata_context(16);
+    ggml_tensor *tq = ggml_new_tensor_4d(ctx.get(), GGML_TYPE_F32, S, H, T, B);
+    ggml_tensor *tk = ggml_new_tensor_4d(ctx.get(), GGML_TYPE_F32, S, H, T, B);
+    ggml_tensor *tv = ggml_new_tensor_4d(ctx.get(), GGML_TYPE_F32, S, H, T, B);
+    ggml_tensor *tg = ggml_new_tensor_4d(ctx.get(), GGML_TYPE_F32, S, H, T, B);
+    ggml_tensor *tb = ggml_new_tensor_4d(ctx.get(), GGML_TYPE_F32, 1, H, T, B);
+    ggml_tensor *ts = ggml_new_tensor_4d(ctx.get(), GGML_TYPE_F32, S, S, H, B);
+    for (ggml_tensor *t : {tq, tk, tv, tg, tb, ts}) ggml_set_input(t);
+    ggml_tensor *y = ggml_kernel ? ggml_gated_delta_net(ctx.get(), tq, tk, tv, tg, tb, ts, K)
+                                 : delta_rule(ctx.get(), tq, tk, tv, tg, tb, ts, K);
+    ggml_set_output(y);
+    ggml_cgraph * gf = ggml_new_graph(ctx.get());
+    ggml_build_forward_expand(gf, y);
+    ggml_backend_ptr backend(ggml_backend_cpu_init());
+    if (!backend) throw std::runtime_error("ggml_backend_cpu_init failed");
+    ggml_backend_cpu_set_n_threads(backend.get(), n_threads);
+    ggml_gallocr_ptr galloc(ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend.get())));
+    if (!galloc || !ggml_gallocr_alloc_graph(galloc.get(), gf)) throw std::runtime_error("ggml graph allocation failed");
+    for (const auto & [t, data] : {std::pair{tq, q}, {tk, k}, {tv, v}, {tg, g}, {tb, beta}, {ts, state}}) {
+        ggml_backend_tensor_set(t, data, 0, ggml_nbytes(t));
+    }
+    double best = 0.0;
+    for (int i = 0; i < reps; ++i) {
+        const auto t0 = std::chrono::steady_clock::now();
+        if (ggml_backend_graph_compute(backend.get(), gf) != GGML_STATUS_SUCCESS) {
+            throw std::runtime_error("ggml graph compute failed");
+        }
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        best = i == 0 ? s : std::min(best, s);
+    }
+    ggml_backend_tensor_get(y, out, 0, ggml_nbytes(y));
+    return best;
 }
 
 }  // namespace glm5next

@@ -29,6 +29,14 @@ void hc_post_f32(const float *x, const float *residual, const float *post, const
 void rows_product_f32(ggml_type type, const float *w, const float *x, const int32_t *ids, float *out, int64_t n_mat,
                       int64_t M, int64_t K, int64_t n_x, int64_t T, int64_t n_used, bool ggml_kernel);
 
+// KDA's gated delta rule on row-major arrays (ggml's layouts reversed): q, k, v, g [B][T][H][S], beta [B][T][H],
+// state [B][H][S][S] (row j of head h: S[:, j]); out [T * B * S * H + K * B * H * S * S] as the op's result (graph/
+// delta_rule_ops.h). ggml_kernel: ggml_gated_delta_net instead of this project's op. `reps` > 1 runs the graph that
+// many times (for timing; the result is the last run's). Threads: n_threads. Returns the fastest run's seconds.
+double delta_rule_f32(const float *q, const float *k, const float *v, const float *g, const float *beta,
+                      const float *state, float *out, int64_t S, int64_t H, int64_t T, int64_t B, int64_t K,
+                      bool ggml_kernel, int reps, int n_threads);
+
 // Two graphs of one slot (runtime/graph_slot.h, one CPU backend), run in turn on x [n]: first
 // a = 2 * ((2x * 3) * 5) (each tensor used once: ggml's allocator may compute each step in the place of the one
 // before), then b = 2x + (2x * 3) * 5 (2x lives until the end), whose graphs have as many nodes and leafs as a's, of

@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "graph/delta_rule_ops.h"
 #include "graph/float_rows_ops.h"
 #include "graph/q8_0_rows_ops.h"
 #include "testing/helpers.h"
@@ -191,6 +192,10 @@ Raises:
             "Whether this CPU runs the few-row q8_0 kernel (AVX-512 VNNI or AVX2, checked against ggml's vec_dot bit "
             "for bit).");
 
+    mod.def("delta_rule_kernel_available", &glm5next::delta_rule_kernel_available,
+            "Whether this CPU runs this project's gated delta rule op (AVX2 and FMA, checked against ggml's "
+            "gated_delta_net bit for bit).");
+
     mod.def("q8_0_rows_kernel_isa", &glm5next::q8_0_rows_kernel_isa,
             "The few-row q8_0 kernel's instruction set here: \"avx512vnni\", \"avx2\" (also on an AVX-512 CPU with "
             "GLM5NEXT_CPU_KERNELS=avx2 in the environment) or \"\" (none runs). ValueError for another value of that "
@@ -216,5 +221,50 @@ Returns:
 
 Raises:
     ValueError: x not 1-D. RuntimeError: ggml failed to allocate or compute a graph.
+)doc");
+
+    mod.def("delta_rule",
+            [](const f32_array &q, const f32_array &k, const f32_array &v, const f32_array &g, const f32_array &beta,
+               const f32_array &state, int64_t K, bool ggml_kernel, int reps, int n_threads) {
+                if (q.ndim() != 4 || state.ndim() != 4 || beta.ndim() != 3) {
+                    throw std::invalid_argument("delta_rule: q, k, v, g must be 4-D (B, T, H, S), beta 3-D (B, T, H), "
+                                                "state 4-D (B, H, S, S)");
+                }
+                const auto B = q.shape(0), T = q.shape(1), H = q.shape(2), S = q.shape(3);
+                for (const f32_array *a : {&k, &v, &g}) {
+                    if (a->ndim() != 4 || a->shape(0) != B || a->shape(1) != T || a->shape(2) != H || a->shape(3) != S) {
+                        throw std::invalid_argument("delta_rule: k, v, g must have q's shape (B, T, H, S)");
+                    }
+                }
+                if (beta.shape(0) != B || beta.shape(1) != T || beta.shape(2) != H || state.shape(0) != B ||
+                    state.shape(1) != H || state.shape(2) != S || state.shape(3) != S) {
+                    throw std::invalid_argument("delta_rule: beta must be (B, T, H), state (B, H, S, S)");
+                }
+                py::array_t<float> out(T * B * S * H + K * B * H * S * S);
+                double seconds;
+                {
+                    py::gil_scoped_release release;
+                    seconds = glm5next::delta_rule_f32(q.data(), k.data(), v.data(), g.data(), beta.data(),
+                                                       state.data(), out.mutable_data(), S, H, T, B, K, ggml_kernel,
+                                                       reps, n_threads);
+                }
+                return py::make_tuple(out, seconds);
+            },
+            py::arg("q"), py::arg("k"), py::arg("v"), py::arg("g"), py::arg("beta"), py::arg("state"), py::arg("K") = 1,
+            py::arg("ggml_kernel") = false, py::arg("reps") = 1, py::arg("n_threads") = 2,
+            R"doc(KDA's gated delta rule by this project's op (csrc/graph/delta_rule_ops.h) or by ggml's
+gated_delta_net, for tests and timing.
+
+Args:
+    q, k, v, g: float32 (B, T, H, S); beta: float32 (B, T, H); state: float32 (B, H, S, S), head h's row j being
+    column j of its state matrix. K: snapshot slots. ggml_kernel: ggml's op instead. reps: runs of the graph (the
+    fastest is timed). n_threads: CPU threads.
+
+Returns:
+    (out, seconds): out float32 (T * B * S * H + K * B * H * S * S,), the op's result (outputs of every sequence, token
+    and head, then K slots of B * H states), and the fastest run's seconds.
+
+Raises:
+    ValueError: shapes that do not fit, or this project's op not available here. RuntimeError: ggml failed.
 )doc");
 }

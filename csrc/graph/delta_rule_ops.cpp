@@ -1,0 +1,236 @@
+#include "graph/delta_rule_ops.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "ggml-cpu.h"
+#include "graph/cpu_arch.h"
+
+#if GLM5NEXT_X86_KERNELS
+#include <immintrin.h>
+
+#define GLM5NEXT_AVX2_FMA __attribute__((target("avx2,fma")))
+#endif
+
+namespace glm5next {
+
+namespace {
+
+constexpr const char * kOpName = "delta_rule";
+
+#if GLM5NEXT_X86_KERNELS
+// Rows of the state run through all the tokens at once: 32 rows of 128 floats, 16 KB, half an L1.
+constexpr int64_t kBlockBytes = 16 * 1024;
+
+// What the op reads (its sources) and writes, and its snapshot slots K.
+struct Operands {
+    const ggml_tensor *q, *k, *v, *g, *beta, *state;
+    float * out;
+    int64_t K;
+};
+
+// ggml_vec_dot_f32's AVX2 sum (ggml-cpu/simd-mappings.h, GGML_F32_STEP 32 = 4 registers of 8) of its 4 partial
+// sums: GGML_F32x8_REDUCE's adds, in its order.
+GLM5NEXT_AVX2_FMA inline float reduce4(__m256 s0, __m256 s1, __m256 s2, __m256 s3) {
+    s0 = _mm256_add_ps(s0, s2);
+    s1 = _mm256_add_ps(s1, s3);
+    s0 = _mm256_add_ps(s0, s1);
+    const __m128 t0 = _mm_add_ps(_mm256_castps256_ps128(s0), _mm256_extractf128_ps(s0, 1));
+    const __m128 t1 = _mm_hadd_ps(t0, t0);
+    return _mm_cvtss_f32(_mm_hadd_ps(t1, t1));
+}
+
+// One token's step of R consecutive rows j.. (n values each, a multiple of 32; v_j: their values of v): row *= e
+// (ggml_vec_mul_f32); delta = (v_j - row . k) * beta (ggml_vec_dot_f32); row += k * delta (ggml_vec_mad_f32:
+// GGML_F32_VEC_FMA); out = row . q (before the scale). Two passes over the rows instead of four calls each, the rows
+// side by side (their sums' chains overlap), each element's arithmetic ggml's.
+template <int R>
+GLM5NEXT_AVX2_FMA inline void rows_step(float * rows, const float * e, const float * k, const float * q,
+                                        const float * v_j, float beta, int64_t n, float * out) {
+    __m256 s[R][4];
+    for (int r = 0; r < R; ++r) {
+        for (int u = 0; u < 4; ++u) s[r][u] = _mm256_setzero_ps();
+    }
+    for (int64_t i = 0; i < n; i += 32) {
+        for (int u = 0; u < 4; ++u) {
+            const __m256 ev = _mm256_loadu_ps(e + i + 8 * u), kv = _mm256_loadu_ps(k + i + 8 * u);
+            for (int r = 0; r < R; ++r) {
+                float * row = rows + r * n + i + 8 * u;
+                const __m256 x = _mm256_mul_ps(_mm256_loadu_ps(row), ev);
+                _mm256_storeu_ps(row, x);
+                s[r][u] = _mm256_fmadd_ps(x, kv, s[r][u]);
+            }
+        }
+    }
+    __m256 delta[R];
+    for (int r = 0; r < R; ++r) {
+        delta[r] = _mm256_set1_ps((v_j[r] - reduce4(s[r][0], s[r][1], s[r][2], s[r][3])) * beta);
+        for (int u = 0; u < 4; ++u) s[r][u] = _mm256_setzero_ps();
+    }
+    for (int64_t i = 0; i < n; i += 32) {
+        for (int u = 0; u < 4; ++u) {
+            const __m256 kv = _mm256_loadu_ps(k + i + 8 * u), qv = _mm256_loadu_ps(q + i + 8 * u);
+            for (int r = 0; r < R; ++r) {
+                float * row = rows + r * n + i + 8 * u;
+                const __m256 x = _mm256_fmadd_ps(kv, delta[r], _mm256_loadu_ps(row));
+                _mm256_storeu_ps(row, x);
+                s[r][u] = _mm256_fmadd_ps(x, qv, s[r][u]);
+            }
+        }
+    }
+    for (int r = 0; r < R; ++r) out[r] = reduce4(s[r][0], s[r][1], s[r][2], s[r][3]);
+}
+
+const float * at(const ggml_tensor * t, int64_t i1, int64_t i2, int64_t i3) {
+    return (const float *) ((const char *) t->data + i1 * t->nb[1] + i2 * t->nb[2] + i3 * t->nb[3]);
+}
+
+// This thread's share: the (head, sequence) pairs [nr * ith / nth, nr * (ith + 1) / nth).
+GLM5NEXT_AVX2_FMA void run(const Operands & o, int ith, int nth) {
+    const int64_t S = o.v->ne[0], H = o.v->ne[1], T = o.v->ne[2], n_seqs = o.v->ne[3];
+    const int64_t nr = H * n_seqs, ir0 = nr * ith / nth, ir1 = nr * (ith + 1) / nth;
+    const float scale = 1.0f / sqrtf((float) S);
+    const int64_t block = std::max<int64_t>(1, std::min<int64_t>(S, kBlockBytes / (S * (int64_t) sizeof(float))));
+    const int64_t state_elems = S * S * H * n_seqs;
+    float * outs = o.out;
+    float * states = o.out + S * H * T * n_seqs;
+    thread_local std::vector<float> e;  // exp(g) of every token of the pair at hand
+    e.resize(T * S);
+    for (int64_t ir = ir0; ir < ir1; ++ir) {
+        const int64_t h = ir % H, s = ir / H;
+        for (int64_t t = 0; t < T; ++t) {
+            const float * g = at(o.g, h, t, s);
+            for (int64_t i = 0; i < S; ++i) e[t * S + i] = expf(g[i]);
+        }
+        // slot 0: the state after the last token (K = 1: the only state kept, worked on in place as ggml does)
+        float * final_state = states + (s * H + h) * S * S;
+        const float * s0 = (const float *) ((const char *) o.state->data + s * o.state->nb[3]) + h * S * S;
+        for (int64_t j0 = 0; j0 < S; j0 += block) {
+            const int64_t j1 = std::min(S, j0 + block);
+            float * rows = final_state + j0 * S;
+            std::memcpy(rows, s0 + j0 * S, (j1 - j0) * S * sizeof(float));
+            for (int64_t t = 0; t < T; ++t) {
+                const float *k = at(o.k, h % o.k->ne[1], t, s / (n_seqs / o.k->ne[3])),
+                            *q = at(o.q, h % o.q->ne[1], t, s / (n_seqs / o.q->ne[3])), *v = at(o.v, h, t, s);
+                const float beta = *at(o.beta, h, t, s);
+                float * out = outs + (s * T * H + h) * S + t * S * H;
+                int64_t j = j0;
+                for (; j + 2 <= j1; j += 2) rows_step<2>(final_state + j * S, &e[t * S], k, q, v + j, beta, S, out + j);
+                if (j < j1) rows_step<1>(final_state + j * S, &e[t * S], k, q, v + j, beta, S, out + j);
+                for (j = j0; j < j1; ++j) out[j] *= scale;
+                const int64_t slot = T - 1 - t;  // s tokens back from the last
+                if (slot > 0 && slot < o.K) {
+                    std::memcpy(states + slot * state_elems + (s * H + h) * S * S + j0 * S, rows,
+                                (j1 - j0) * S * sizeof(float));
+                }
+            }
+        }
+    }
+}
+
+void delta_rule_op(ggml_tensor * dst, int ith, int nth, void * userdata) {
+    const Operands o = {dst->src[0], dst->src[1], dst->src[2], dst->src[3], dst->src[4], dst->src[5],
+                        (float *) dst->data, (int64_t) (intptr_t) userdata};
+    run(o, ith, nth);
+}
+
+// The op against ggml's gated_delta_net on random inputs (2 heads, 2 sequences, 5 tokens, 3 snapshot slots, at
+// S_v = 64 and 128: blocks of 64 and 32 rows), bit for bit, on ggml's CPU backend with 2 threads.
+bool matches_ggml() {
+    ggml_cpu_init();
+    for (const int64_t S : {64, 128}) {
+        const int64_t H = 2, T = 5, B = 2, K = 3;
+        const size_t mem = 64 * 1024 * 1024;
+        ggml_context * ctx = ggml_init({mem, nullptr, false});
+        if (ctx == nullptr) return false;
+        std::mt19937 rng(11);
+        std::normal_distribution<float> nd(0.0f, 0.5f);
+        auto tensor = [&](int64_t a, int64_t b, int64_t c, int64_t d, float shift) {
+            ggml_tensor * t = ggml_new_tensor_4d(ctx, GGML_TYPE_F32, a, b, c, d);
+            for (int64_t i = 0; i < ggml_nelements(t); ++i) ((float *) t->data)[i] = nd(rng) + shift;
+            return t;
+        };
+        ggml_tensor *q = tensor(S, H, T, B, 0), *k = tensor(S, H, T, B, 0), *v = tensor(S, H, T, B, 0),
+                    *g = tensor(S, H, T, B, -0.5f), *beta = tensor(1, H, T, B, 0), *state = tensor(S, S, H, B, 0);
+        ggml_tensor * theirs = ggml_gated_delta_net(ctx, q, k, v, g, beta, state, K);
+        ggml_tensor * args[] = {q, k, v, g, beta, state};
+        ggml_tensor * ours = ggml_custom_4d(ctx, GGML_TYPE_F32, theirs->ne[0], theirs->ne[1], 1, 1, args, 6,
+                                            delta_rule_op, GGML_N_TASKS_MAX, (void *) (intptr_t) K);
+        ggml_cgraph * gf = ggml_new_graph(ctx);
+        ggml_build_forward_expand(gf, theirs);
+        ggml_build_forward_expand(gf, ours);
+        const bool ok = ggml_graph_compute_with_ctx(ctx, gf, 2) == GGML_STATUS_SUCCESS &&
+                        std::memcmp(theirs->data, ours->data, ggml_nbytes(ours)) == 0;
+        ggml_free(ctx);
+        if (!ok) return false;
+    }
+    return true;
+}
+#endif  // GLM5NEXT_X86_KERNELS
+
+}  // namespace
+
+bool delta_rule_kernel_available() {
+#if !GLM5NEXT_X86_KERNELS
+    return false;  // x86 code, compiled for x86-64 only (graph/cpu_arch.h)
+#else
+    static const bool available = []() {
+        __builtin_cpu_init();
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && matches_ggml();
+    }();
+    return available;
+#endif
+}
+
+bool delta_rule_fits(int64_t head_size) { return head_size > 0 && head_size % 32 == 0; }
+
+ggml_tensor * delta_rule(ggml_context * ctx, ggml_tensor * q, ggml_tensor * k, ggml_tensor * v, ggml_tensor * g,
+                         ggml_tensor * beta, ggml_tensor * state, int64_t K) {
+    const int64_t S = v->ne[0], H = v->ne[1], T = v->ne[2], B = v->ne[3];
+    auto refuse = [](const std::string & what) { throw std::invalid_argument("delta_rule: " + what); };
+    for (const ggml_tensor * t : {q, k, v, g, beta, state}) {
+        if (t->type != GGML_TYPE_F32) refuse(std::string(t->name) + " must be f32");
+    }
+    if (!delta_rule_fits(S)) refuse("the head size " + std::to_string(S) + " must be a multiple of 32");
+    for (const ggml_tensor * t : {q, k}) {
+        if (t->ne[0] != S || t->ne[2] != T || H % t->ne[1] != 0 || B % t->ne[3] != 0 || t->nb[0] != sizeof(float)) {
+            refuse(std::string(t->name) + " must be [S_v, H or a divisor, T, n_seqs or a divisor] with contiguous rows");
+        }
+    }
+    if (v->nb[0] != sizeof(float)) refuse("v's rows must be contiguous");
+    if (!ggml_is_contiguous(g) || g->ne[0] != S || g->ne[1] != H || g->ne[2] != T || g->ne[3] != B) {
+        refuse("g must be contiguous [S_v, H, T, n_seqs] (KDA's per-channel gate)");
+    }
+    if (!ggml_is_contiguous(beta) || beta->ne[0] != 1 || beta->ne[1] != H || beta->ne[2] != T || beta->ne[3] != B) {
+        refuse("beta must be contiguous [1, H, T, n_seqs]");
+    }
+    if (!ggml_is_contiguous(state) || state->ne[0] != S || state->ne[1] != S || state->ne[2] != H || state->ne[3] != B) {
+        refuse("state must be contiguous [S_v, S_v, H, n_seqs]");
+    }
+    if (K < 1) refuse("K (snapshot slots) must be >= 1");
+    if (!delta_rule_kernel_available()) {
+        refuse("this CPU lacks AVX2/FMA, the op differs from ggml's gated_delta_net here, or this build has no x86 "
+               "kernels (delta_rule_kernel_available)");
+    }
+#if !GLM5NEXT_X86_KERNELS
+    (void) ctx;
+    return nullptr;  // not reached: never available without the x86 kernels (above)
+#else
+    ggml_tensor * args[] = {q, k, v, g, beta, state};
+    ggml_tensor * out = ggml_custom_4d(ctx, GGML_TYPE_F32, S * H, T * B + K * S * B, 1, 1, args, 6, delta_rule_op,
+                                       GGML_N_TASKS_MAX, (void *) (intptr_t) K);
+    ggml_set_name(out, kOpName);
+    return out;
+#endif
+}
+
+bool is_delta_rule(const ggml_tensor * node) {
+    return node->op == GGML_OP_CUSTOM && std::strcmp(node->name, kOpName) == 0;
+}
+
+}  // namespace glm5next

@@ -1,0 +1,74 @@
+"""KDA's gated delta rule by this project's op (csrc/graph/delta_rule_ops.h): each element equals, bit for bit, what
+ggml's gated_delta_net gives on the CPU backend (outputs and snapshot slots), and both are the delta rule of
+docs/model.md (KDA), checked against a float64 recurrence written here from it."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from glm5next_runtime import _testing
+
+_FLAGS = next((line.split(":", 1)[1].split() for line in open("/proc/cpuinfo") if line.startswith("flags")), [])
+needs_kernel_cpu = pytest.mark.skipif(not all(f in _FLAGS for f in ("avx2", "fma")), reason="the op needs AVX2 and FMA")
+
+
+def _inputs(rng, B, T, H, S):
+    q, k, v = (rng.standard_normal((B, T, H, S), dtype=np.float32) * np.float32(0.3) for _ in range(3))
+    g = rng.standard_normal((B, T, H, S), dtype=np.float32) * np.float32(0.2) - np.float32(0.3)
+    beta = rng.uniform(0.0, 1.0, (B, T, H)).astype(np.float32)
+    state = rng.standard_normal((B, H, S, S), dtype=np.float32) * np.float32(0.2)
+    return q, k, v, g, beta, state
+
+
+def _reference(q, k, v, g, beta, state, K):
+    """float64, as docs/model.md, KDA, writes it: S <- diag(exp(g)) S; S += k (beta (v - S^T k))^T; o = S^T q / sqrt(d),
+    with the state stored as rows j = columns of S. Returns the op's layout: outputs [T, B, H, S] flattened in
+    (b, t, h, j) order, then slots 0..K-1 of [B, H, S, S] (slot s: s tokens before the last)."""
+    B, T, H, S = q.shape
+    out = np.zeros((B, T, H, S))
+    slots = np.zeros((K, B, H, S, S))
+    M = state.astype(np.float64).copy()  # [B, H, j, i] = S[i, j]
+    for t in range(T):
+        M *= np.exp(g[:, t].astype(np.float64))[:, :, None, :]
+        delta = (v[:, t] - np.einsum("bhji,bhi->bhj", M, k[:, t])) * beta[:, t, :, None]
+        M += delta[..., None] * k[:, t].astype(np.float64)[:, :, None, :]
+        out[:, t] = np.einsum("bhji,bhi->bhj", M, q[:, t]) / np.sqrt(S)
+        if T - 1 - t < K:
+            slots[T - 1 - t] = M
+    return out.reshape(-1), slots.reshape(-1)
+
+
+@needs_kernel_cpu
+def test_the_op_runs_where_the_cpu_has_avx2_and_fma():
+    assert _testing.delta_rule_kernel_available()
+
+
+@needs_kernel_cpu
+@pytest.mark.parametrize("B,T,H,S,K", [(1, 1, 2, 128, 1), (4, 1, 8, 128, 1), (1, 37, 3, 128, 1), (2, 5, 2, 64, 3),
+                                       (3, 2, 2, 128, 4), (1, 130, 2, 160, 1)])
+def test_each_element_equals_ggml_gated_delta_net(B, T, H, S, K):
+    """Decode steps of several sequences, a prompt chunk, verify passes with snapshots (T >= K and T < K), and a head
+    size whose blocks of rows (16 KB: 25 rows of 160) are odd and do not divide it."""
+    args = _inputs(np.random.default_rng(B * 1000 + T * 10 + K), B, T, H, S)
+    ours, _ = _testing.delta_rule(*args, K=K)
+    theirs, _ = _testing.delta_rule(*args, K=K, ggml_kernel=True)
+    n_out = B * T * H * S
+    written = min(T, K) * B * H * S * S  # slots past min(T, K) are the caller's (ggml leaves them as they were)
+    assert np.array_equal(ours[:n_out + written], theirs[:n_out + written])
+
+
+@needs_kernel_cpu
+def test_the_op_is_the_delta_rule_of_the_spec():
+    args = _inputs(np.random.default_rng(7), 2, 6, 2, 64)
+    ours, _ = _testing.delta_rule(*args, K=3)
+    want_out, want_slots = _reference(*args, K=3)
+    n_out = want_out.size
+    np.testing.assert_allclose(ours[:n_out], want_out, rtol=0, atol=1e-5 * np.abs(want_out).max())
+    np.testing.assert_allclose(ours[n_out:], want_slots, rtol=0, atol=1e-5 * np.abs(want_slots).max())
+
+
+@needs_kernel_cpu
+def test_a_head_size_the_op_does_not_take_is_refused_by_name():
+    args = _inputs(np.random.default_rng(1), 1, 2, 1, 48)
+    with pytest.raises(ValueError, match="head size 48"):
+        _testing.delta_rule(*args)
