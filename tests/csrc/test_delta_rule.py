@@ -9,7 +9,10 @@ import pytest
 from glm5next_runtime import _testing
 
 _FLAGS = next((line.split(":", 1)[1].split() for line in open("/proc/cpuinfo") if line.startswith("flags")), [])
-needs_kernel_cpu = pytest.mark.skipif(not all(f in _FLAGS for f in ("avx2", "fma")), reason="the op needs AVX2 and FMA")
+# The op sums as ggml_vec_dot_f32 does with AVX2. On an AVX-512 CPU ggml's CPU backend (built for it: GGML_NATIVE)
+# sums in AVX-512's order, which the op does not copy yet: its check at load fails there and the model takes ggml's op.
+_RUNS_HERE = all(f in _FLAGS for f in ("avx2", "fma")) and "avx512f" not in _FLAGS
+needs_kernel_cpu = pytest.mark.skipif(not _RUNS_HERE, reason="the op sums as ggml does on AVX2 CPUs without AVX-512")
 
 
 def _inputs(rng, B, T, H, S):
@@ -38,9 +41,8 @@ def _reference(q, k, v, g, beta, state, K):
     return out.reshape(-1), slots.reshape(-1)
 
 
-@needs_kernel_cpu
-def test_the_op_runs_where_the_cpu_has_avx2_and_fma():
-    assert _testing.delta_rule_kernel_available()
+def test_the_op_runs_where_ggml_sums_as_it_does_and_nowhere_else():
+    assert _testing.delta_rule_kernel_available() == _RUNS_HERE
 
 
 @needs_kernel_cpu
@@ -67,7 +69,6 @@ def test_the_op_is_the_delta_rule_of_the_spec():
     np.testing.assert_allclose(ours[n_out:], want_slots, rtol=0, atol=1e-5 * np.abs(want_slots).max())
 
 
-@needs_kernel_cpu
 def test_a_head_size_the_op_does_not_take_is_refused_by_name():
     args = _inputs(np.random.default_rng(1), 1, 2, 1, 48)
     with pytest.raises(ValueError, match="head size 48"):
