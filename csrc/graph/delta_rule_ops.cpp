@@ -103,6 +103,9 @@ GLM5NEXT_AVX2_FMA void run(const Operands & o, int ith, int nth) {
     e.resize(T * S);
     for (int64_t ir = ir0; ir < ir1; ++ir) {
         const int64_t h = ir % H, s = ir / H;
+        // q's and k's head and sequence for v's (ggml's: heads and sequences of q and k may be fewer, repeated)
+        const int64_t hq = h % o.q->ne[1], sq = s / (n_seqs / o.q->ne[3]);
+        const int64_t hk = h % o.k->ne[1], sk = s / (n_seqs / o.k->ne[3]);
         for (int64_t t = 0; t < T; ++t) {
             const float * g = at(o.g, h, t, s);
             for (int64_t i = 0; i < S; ++i) e[t * S + i] = expf(g[i]);
@@ -115,8 +118,7 @@ GLM5NEXT_AVX2_FMA void run(const Operands & o, int ith, int nth) {
             float * rows = final_state + j0 * S;
             std::memcpy(rows, s0 + j0 * S, (j1 - j0) * S * sizeof(float));
             for (int64_t t = 0; t < T; ++t) {
-                const float *k = at(o.k, h % o.k->ne[1], t, s / (n_seqs / o.k->ne[3])),
-                            *q = at(o.q, h % o.q->ne[1], t, s / (n_seqs / o.q->ne[3])), *v = at(o.v, h, t, s);
+                const float *k = at(o.k, hk, t, sk), *q = at(o.q, hq, t, sq), *v = at(o.v, h, t, s);
                 const float beta = *at(o.beta, h, t, s);
                 float * out = outs + (s * T * H + h) * S + t * S * H;
                 int64_t j = j0;

@@ -220,10 +220,11 @@ void multiply(const Operands & o, int ith, int nth, DotChunk dot) {
         // M 1024) 42 -> 19 ms, gate (K 1024, M 512) 25 -> 17 ms; ggml's mul_mat_id 27-31 and 25-29 ms
         const int64_t tile = std::max<int64_t>(1, kTileBytes / (int64_t) o.w_nb1);
         for (int64_t rt = r0; rt < r1; rt += tile) {
+            const int64_t rt_end = std::min(r1, rt + tile);
             for (size_t c0 = 0; c0 < cols.size(); c0 += kChunkRows) {
                 const int64_t n = std::min<int64_t>(kChunkRows, cols.size() - c0);
                 const int64_t chunk = c0 / kChunkRows;
-                for (int64_t r = rt; r < std::min(r1, rt + tile); ++r) {
+                for (int64_t r = rt; r < rt_end; ++r) {
                     const BlockQ8 * wr = (const BlockQ8 *) (o.w + r * o.w_nb1 + e * o.w_nb2);
                     dot(n, wr, nb, &s.yq[chunk * nb * kPairs * 64], &s.yd[chunk * nb * kPairs * 16], dots);
                     for (int64_t c = 0; c < n; ++c) {

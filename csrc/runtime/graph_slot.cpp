@@ -45,14 +45,20 @@ std::vector<size_t> GraphSlot::buffer_sizes() const {
     return sizes;
 }
 
-bool GraphSlot::plan(ggml_cgraph * gf) {
+template <typename Call>
+bool GraphSlot::resizing(Call call) {
     const std::vector<size_t> before = buffer_sizes();
+    const bool ok = call();
+    if (buffer_sizes() != before) ++epoch_.value;
+    return ok;
+}
+
+bool GraphSlot::plan(ggml_cgraph * gf) {
     // the last graph's backend assignments and pins are forgotten (its tensors' metadata lived where gf's does now)
     ggml_backend_sched_reset(sched_);
     pin_cpu_ops(gf);
-    const bool ok = ggml_backend_sched_reserve(sched_, gf);  // (resets the scheduler after: pins included)
-    if (buffer_sizes() != before) ++epoch_.value;
-    return ok;
+    // (ggml_backend_sched_reserve resets the scheduler after: pins included)
+    return resizing([&] { return ggml_backend_sched_reserve(sched_, gf); });
 }
 
 void GraphSlot::clear() {
@@ -126,9 +132,7 @@ Graph & GraphSlot::build(const GraphShape & shape, const Builder<Graph> & build,
     build(*g, ctx);
     pin_cpu_ops(g->gf);
     const GraphSources sources = profile ? graph_sources(g->gf) : GraphSources{};
-    const std::vector<size_t> before = buffer_sizes();
-    const bool ok = ggml_backend_sched_alloc_graph(sched_, g->gf);
-    if (buffer_sizes() != before) ++epoch_.value;
+    const bool ok = resizing([&] { return ggml_backend_sched_alloc_graph(sched_, g->gf); });
     allocated_at_ = epoch_.value;
     if (!ok) {
         clear();

@@ -124,8 +124,11 @@ private:
     void pin_cpu_ops(ggml_cgraph * gf);
     // The sizes of the scheduler's compute buffers, one per backend.
     std::vector<size_t> buffer_sizes() const;
-    // Plans gf (ggml_backend_sched_reserve), counting in the epoch a change of the scheduler's buffers; false when a
-    // device cannot hold them.
+    // call() (a scheduler call that may reallocate the compute buffers; returns whether it succeeded), counting in
+    // the epoch a change of their sizes. Returns what call returned.
+    template <typename Call>
+    bool resizing(Call call);
+    // Plans gf (ggml_backend_sched_reserve, after a reset); false when a device cannot hold its buffers.
     bool plan(ggml_cgraph * gf);
     bool holds(const GraphShape & shape) const {
         return shape_ == shape && (!several_ || allocated_at_ == epoch_.value);

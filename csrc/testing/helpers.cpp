@@ -29,25 +29,34 @@ ggml_context_ptr metadata_context(int n_tensors) {
     return ctx;
 }
 
-// Computes the graph of `out` on the CPU backend (all cores): inputs are copied in from `inputs` (tensor, data)
-// pairs, and `out` is copied to `result`.
-void compute_on_cpu(ggml_tensor * out, std::initializer_list<std::pair<ggml_tensor *, const float *>> inputs,
-                    float * result, ggml_context * ctx) {
+// Computes the graph of `out` on the CPU backend with n_threads (0: all cores), `reps` times: inputs are copied in
+// from `inputs` (tensor, data) pairs, and `out` (of the last run) is copied to `result`. Returns the fastest run's
+// seconds.
+double compute_on_cpu(ggml_tensor * out, std::initializer_list<std::pair<ggml_tensor *, const float *>> inputs,
+                      float * result, ggml_context * ctx, int n_threads = 0, int reps = 1) {
     ggml_set_output(out);
     ggml_cgraph * gf = ggml_new_graph(ctx);
     ggml_build_forward_expand(gf, out);
     ggml_backend_ptr backend(ggml_backend_cpu_init());
     if (!backend) throw std::runtime_error("ggml_backend_cpu_init failed");
-    ggml_backend_cpu_set_n_threads(backend.get(), static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+    const int all = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    ggml_backend_cpu_set_n_threads(backend.get(), n_threads > 0 ? n_threads : all);
     ggml_gallocr_ptr galloc(ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend.get())));
     if (!galloc || !ggml_gallocr_alloc_graph(galloc.get(), gf)) {
         throw std::runtime_error("ggml graph allocation failed");
     }
     for (const auto & [t, data] : inputs) ggml_backend_tensor_set(t, data, 0, ggml_nbytes(t));
-    if (ggml_backend_graph_compute(backend.get(), gf) != GGML_STATUS_SUCCESS) {
-        throw std::runtime_error("ggml graph compute failed");
+    double best = 0.0;
+    for (int i = 0; i < reps; ++i) {
+        const auto t0 = std::chrono::steady_clock::now();
+        if (ggml_backend_graph_compute(backend.get(), gf) != GGML_STATUS_SUCCESS) {
+            throw std::runtime_error("ggml graph compute failed");
+        }
+        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        best = i == 0 ? seconds : std::min(best, seconds);
     }
     ggml_backend_tensor_get(out, result, 0, ggml_nbytes(out));
+    return best;
 }
 
 }  // namespace
@@ -164,28 +173,8 @@ double delta_rule_f32(const float *q, const float *k, const float *v, const floa
     for (ggml_tensor *t : {tq, tk, tv, tg, tb, ts}) ggml_set_input(t);
     ggml_tensor *y = ggml_kernel ? ggml_gated_delta_net(ctx.get(), tq, tk, tv, tg, tb, ts, K)
                                  : delta_rule(ctx.get(), tq, tk, tv, tg, tb, ts, K);
-    ggml_set_output(y);
-    ggml_cgraph * gf = ggml_new_graph(ctx.get());
-    ggml_build_forward_expand(gf, y);
-    ggml_backend_ptr backend(ggml_backend_cpu_init());
-    if (!backend) throw std::runtime_error("ggml_backend_cpu_init failed");
-    ggml_backend_cpu_set_n_threads(backend.get(), n_threads);
-    ggml_gallocr_ptr galloc(ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend.get())));
-    if (!galloc || !ggml_gallocr_alloc_graph(galloc.get(), gf)) throw std::runtime_error("ggml graph allocation failed");
-    for (const auto & [t, data] : {std::pair{tq, q}, {tk, k}, {tv, v}, {tg, g}, {tb, beta}, {ts, state}}) {
-        ggml_backend_tensor_set(t, data, 0, ggml_nbytes(t));
-    }
-    double best = 0.0;
-    for (int i = 0; i < reps; ++i) {
-        const auto t0 = std::chrono::steady_clock::now();
-        if (ggml_backend_graph_compute(backend.get(), gf) != GGML_STATUS_SUCCESS) {
-            throw std::runtime_error("ggml graph compute failed");
-        }
-        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        best = i == 0 ? s : std::min(best, s);
-    }
-    ggml_backend_tensor_get(y, out, 0, ggml_nbytes(y));
-    return best;
+    return compute_on_cpu(y, {{tq, q}, {tk, k}, {tv, v}, {tg, g}, {tb, beta}, {ts, state}}, out, ctx.get(), n_threads,
+                          reps);
 }
 
 }  // namespace glm5next
