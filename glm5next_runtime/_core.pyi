@@ -562,6 +562,10 @@ class DraftLengthPolicy:
         """
         Deferred draft-head rows written without drafting: n_rows of them in ms.
         """
+    def predictable_text_pays(self) -> bool:
+        """
+        Whether drafting would pay, at the round costs estimated now, on a text whose every draft is accepted with probability 0.8 (a text the draft head predicts well).
+        """
     def quiet(self) -> bool:
         """
         True once a probe was rejected where even an accepted next probe would not make drafting pay: the generations on this policy then run without drafts and write no draft-head rows, until wake.
@@ -572,7 +576,7 @@ class DraftLengthPolicy:
         """
     def wake(self) -> bool:
         """
-        At a generation's start (a new text): no longer quiet, the next probe within 8 rounds. Returns whether it was quiet.
+        At a generation's start (a new text): no longer quiet, the next probe within 8 rounds, if a predictable text could pay (predictable_text_pays) or this is the 16th new text that found it quiet since it last woke. Returns whether it woke.
         """
     @property
     def n_max(self) -> int:

@@ -4,7 +4,10 @@ tokens with ignore_eos; a run's aggregate is all clients' generated tokens over 
 to the last response. For each client count every server is started (-np N), warmed up by a request per slot, and
 their runs alternate server by server, so that the machine's drift (2-3x over minutes on a shared machine) hits all
 alike: each row reports the median of each server's runs and the median ratio of runs taken side by side (ours
-against llama-server, and draft-MTP against plain decoding on ours).
+against llama-server, and draft-MTP against plain decoding on ours). With N > 1 clients each server also serves one
+client alone next to each of its N-client runs (first or second in turn), and the row reports the median ratio of
+those pairs: what N clients get against one client alone, measured on the same server minutes apart at most (rows of
+different N are measured minutes apart, and the machine's drift between them can exceed the gap).
 
     .venv/bin/python scripts/bench_concurrency.py -m FILE.gguf --llama-server PATH/llama-server [-np 1,2,4,8] [-t 2]
         [-n 128] [--runs 3] [--spec none,draft-mtp]
@@ -101,6 +104,7 @@ def main() -> None:
     args = p.parse_args()
     kinds = [f"glm5next:{s}" for s in args.spec.split(",")] + (["llama-server"] if args.llama_server else [])
     table: dict[tuple[str, int], list[float]] = {}
+    alone: dict[tuple[str, int], list[float]] = {}  # (kind, N): one client's runs on the -np N server, paired
     for n in [int(x) for x in args.np.split(",")]:
         texts = prompts(n, args.chars)
         procs, ports = [], {}
@@ -109,16 +113,21 @@ def main() -> None:
                 ports[kind] = free_port()
                 procs.append(start(server_argv(kind, args, n, ports[kind]), ports[kind]))
                 clients(ports[kind], texts, 8)  # warm-up: every slot once
-            for _ in range(args.runs):
+            for run in range(args.runs):
                 for kind in kinds:
+                    if n > 1 and run % 2:
+                        alone.setdefault((kind, n), []).append(clients(ports[kind], texts[:1], args.n_gen)[0])
                     table.setdefault((kind, n), []).append(clients(ports[kind], texts, args.n_gen)[0])
+                    if n > 1 and not run % 2:
+                        alone.setdefault((kind, n), []).append(clients(ports[kind], texts[:1], args.n_gen)[0])
         finally:
             for proc in procs:
                 proc.terminate()
                 proc.wait(30)
         for kind in kinds:
             runs = table[kind, n]
-            print(f"-np {n} {kind:18s} {statistics.median(runs):8.1f} tok/s  runs {[round(r, 1) for r in runs]}",
+            one = f"; one client alone {[round(r, 1) for r in alone[kind, n]]}" if n > 1 else ""
+            print(f"-np {n} {kind:18s} {statistics.median(runs):8.1f} tok/s  runs {[round(r, 1) for r in runs]}{one}",
                   flush=True)
     ns = sorted({n for _, n in table})
     ours = [k for k in kinds if k != "llama-server"]
@@ -126,11 +135,14 @@ def main() -> None:
     # decoding on our server, whose gap is smaller than the drift between runs
     pairs = [(k, "llama-server") for k in ours if args.llama_server]
     pairs += [(k, "glm5next:none") for k in ours if k != "glm5next:none" and "glm5next:none" in kinds]
-    print("\n| clients | " + " | ".join(f"{k} tok/s" for k in kinds) + "".join(f" | {a} / {b}" for a, b in pairs) + " |")
-    print("|---:|" + "---:|" * (len(kinds) + len(pairs)))
+    print("\n| clients | " + " | ".join(f"{k} tok/s" for k in kinds) + "".join(f" | {a} / {b}" for a, b in pairs)
+          + "".join(f" | {k}: N / 1 client" for k in kinds) + " |")
+    print("|---:|" + "---:|" * (2 * len(kinds) + len(pairs)))
     for n in ns:
         cells = [f"{statistics.median(table[k, n]):.1f}" for k in kinds]
         cells += [f"{statistics.median(x / y for x, y in zip(table[a, n], table[b, n])):.2f}x" for a, b in pairs]
+        cells += [f"{statistics.median(x / y for x, y in zip(table[k, n], alone[k, n])):.2f}x" if n > 1 else ""
+                  for k in kinds]
         print(f"| {n} | " + " | ".join(cells) + " |")
 
 

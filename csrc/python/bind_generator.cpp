@@ -345,8 +345,12 @@ n_min, shared by its generators).)doc")
              "True once a probe was rejected where even an accepted next probe would not make drafting pay: the "
              "generations on this policy then run without drafts and write no draft-head rows, until wake.")
         .def("wake", &DraftLengthPolicy::wake,
-             "At a generation's start (a new text): no longer quiet, the next probe within 8 rounds. Returns whether "
-             "it was quiet.")
+             "At a generation's start (a new text): no longer quiet, the next probe within 8 rounds, if a "
+             "predictable text could pay (predictable_text_pays) or this is the 16th new text that found it quiet "
+             "since it last woke. Returns whether it woke.")
+        .def("predictable_text_pays", &DraftLengthPolicy::predictable_text_pays,
+             "Whether drafting would pay, at the round costs estimated now, on a text whose every draft is accepted "
+             "with probability 0.8 (a text the draft head predicts well).")
         .def("expected_tokens", &DraftLengthPolicy::expected_tokens, py::arg("k"),
              "Expected tokens a round with k drafts emits.")
         .def("expected_cost", &DraftLengthPolicy::expected_cost, py::arg("k"),

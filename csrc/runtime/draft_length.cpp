@@ -297,8 +297,21 @@ bool DraftLengthPolicy::accepted_probe_would_pay() const {
     return after.best(n_max_) > 0;
 }
 
+bool DraftLengthPolicy::predictable_text_pays() const {
+    const double plain_rate = expected_tokens(0) / expected_cost(0);
+    double e = 1.0, run = 1.0;
+    for (int k = 1; k <= n_max_; ++k) {
+        run *= kPredictable;
+        e += run;
+        if (k >= shortest() && e / expected_cost(k) > plain_rate) return true;
+    }
+    return false;
+}
+
 bool DraftLengthPolicy::wake() {
     if (!quiet_) return false;
+    if (!predictable_text_pays() && ++texts_quiet_ < kWakeEvery) return false;
+    texts_quiet_ = 0;
     quiet_ = false;
     probe_interval_ = kProbeFirst;
     rounds_since_draft_ = 0;

@@ -128,10 +128,19 @@ public:
     // and wrote the draft-head rows of every token: drafting at 0.92-1.09x plain decoding (median 0.99); quiet, one
     // probe per request, the rows of its prompt and first 8 rounds: 0.92-1.15x (median 1.02), noise about as large.
     bool quiet() const { return quiet_; }
-    // At a generation's start (a new text, which the draft head may predict): no longer quiet; the next probe comes
-    // within kProbeFirst rounds. The acceptance estimates stay, so that on text like the last one a first rejected
-    // probe quiets it again. Returns whether it was quiet.
+    // At a generation's start (a new text, which the draft head may predict): no longer quiet, if a predictable text
+    // could make drafting pay at the costs measured (predictable_text_pays); the next probe comes within kProbeFirst
+    // rounds. The acceptance estimates stay, so that on text like the last one a first rejected probe quiets it
+    // again. Where no text the draft head predicts could pay, a probe would buy the prompt's draft-head rows (the
+    // NextN layer over the prompt once more, ~1/13 of its prefill on the bundled model) for nothing: the policy stays
+    // quiet, but for one new text in kWakeEvery, which times the costs again (a judgment made while the machine was
+    // slow, or a batch that grew cheaper, is not kept for good). Returns whether it woke.
     bool wake();
+    // Whether drafting would pay (best) on a text whose every draft is accepted with probability kPredictable, at the
+    // round costs estimated now. Measured (bundled model q8_0, -t 2, a batch of four sequences: one draft and a second
+    // verify row of each cost ~0.9 of a round, break-even at acceptance ~0.9; one sequence: ~0.35): false at four
+    // sequences, true alone.
+    bool predictable_text_pays() const;
     double expected_tokens(int k) const;
     double expected_cost(int k) const;
     int probe_interval() const { return probe_interval_; }
@@ -145,6 +154,11 @@ public:
     // decode steps and gain ~0.66 tokens, so ~0.3% of the rounds' time; at kProbeFirst ~5%).
     static constexpr int kProbeFirst = 8, kProbeMost = 128;
     static constexpr int64_t kReconsiderAfter = 4096;  // dormant rounds before reconsider judges can_pay anew
+    // The acceptance of each draft on a text the draft head predicts well: the bundled model's first draft on
+    // held-out code, 0.75 (its later drafts 0.55 and 0.37 given the earlier accepted); DeepSeek-V3 reports 0.85-0.9
+    // for its MTP head's one draft. A text that takes more to pay is not probed (wake).
+    static constexpr double kPredictable = 0.8;
+    static constexpr int kWakeEvery = 16;  // new texts per wake of a quiet policy where no predictable text pays
 
 private:
     // clipped_mean of the latest kWindow samples (a timing in ms, or a ratio); < 0 before the first.
@@ -221,6 +235,7 @@ private:
     bool gave_up_ = false;
     int64_t dormant_rounds_ = 0;  // rounds without drafts since gave_up_ (observe_dormant)
     bool quiet_ = false;
+    int texts_quiet_ = 0;  // new texts that found the policy quiet and did not wake it since it last woke (wake)
 };
 
 }  // namespace glm5next

@@ -232,23 +232,45 @@ def test_rejected_probes_space_out_before_their_costs_are_judged():
     assert gaps[:6] == [1, 8, 16, 32, 64, 128] and p.can_pay() and not p.quiet()
 
 
-def test_rejected_probes_where_no_acceptance_would_pay_quiet_each_text_until_nine_judge_it():
-    """The same rejected probes where even fully accepted drafts cannot pay (2 tokens in 2.1 ms against 1 in 1.0, the
-    bundled model at -t 1): each text's first rejected probe quiets the policy (an accepted one would not pay
-    either), so the draft-head rows stop after ~8 rounds of each text, and the probes, one per text, are paired with
-    the plain rounds before them until nine pairs judge that drafting cannot pay: then none at all (can_pay)."""
-    p = policy(n_max=1)
-    probes_per_text = []
-    while p.can_pay() and len(probes_per_text) < 20:
-        p.wake()  # a new request's text
-        drafted = 0
-        for _ in range(60):
-            k = p.choose(1)
-            drafted += k
-            p.observe(k, 0, k + 1, 1, 0.2 if k else 0.0, 0.0, 1.0 + 0.9 * k)
-        probes_per_text.append(drafted)
-    # the first text: the prior's draft, then probes every 8 rounds while the pairs say drafting cannot pay
-    assert not p.can_pay() and sum(probes_per_text) == 9 and probes_per_text[1:] == [1] * (len(probes_per_text) - 1)
+def test_where_no_predictable_text_would_pay_a_quiet_policy_wakes_for_one_new_text_in_sixteen():
+    """The same rejected probes where even well predicted text cannot pay (one draft: 2.1 ms against 1.0, break-even
+    at acceptance 1.1; the bundled model at -t 1, or four sequences batched at -t 2): the first text's first rejected
+    probe quiets the policy, and a new text does not wake it (a probe would buy the prompt's draft-head rows for a
+    gain no text reaches), but for one in 16, which times the costs again. Where a predictable text would pay (one
+    draft: 1.5 ms against 1.0, break-even at 0.45), every new text wakes it."""
+    def texts(verify_row_ms, n_texts=48):
+        p = policy(n_max=1)
+        probes, woke = [], []
+        for _ in range(n_texts):
+            woke.append(p.wake())  # a new request's text
+            drafted = 0
+            for _ in range(60):
+                k = p.choose(1)
+                drafted += k
+                p.observe(k, 0, k + 1, 1, 0.2 if k else 0.0, 0.0, 1.0 + verify_row_ms * k)
+            probes.append(drafted)
+        return p, probes, woke
+
+    p, probes, woke = texts(0.9)
+    assert not p.predictable_text_pays() and p.quiet()
+    assert [i for i, n in enumerate(probes) if n] == [0, 16, 32] and probes[16] == probes[32] == 1
+    assert [i for i, w in enumerate(woke) if w] == [16, 32]
+    p, probes, woke = texts(0.3)
+    assert p.predictable_text_pays() and all(n >= 1 for n in probes) and all(woke[1:])
+
+
+def test_a_predictable_text_pays_where_drafts_accepted_at_0_8_beat_plain_decoding():
+    """predictable_text_pays prices a text whose every draft is accepted with probability 0.8 at the costs timed: one
+    draft (1.8 tokens) against plain decoding (1 token in 1.05 ms: a verify row and the prior's deferred row), the
+    break-even round 1.89 ms."""
+    for verify_row_ms, pays in ((0.6, True), (0.75, False)):  # one draft's round: 0.2 + 1.0 + verify_row_ms
+        p = policy(n_max=1)
+        for _ in range(12):
+            p.observe(1, 0, 2, 1, 0.2, 0.0, 1.0 + verify_row_ms)
+            p.observe(0, 0, 1, 1, 0.0, 0.0, 1.0)
+            p.observe(0, 0, 1, 1, 0.0, 0.0, 1.0)
+        assert p.expected_cost(1) == pytest.approx(1.2 + verify_row_ms, rel=0.01)
+        assert p.predictable_text_pays() == pays
 
 
 def test_rounds_that_draft_nothing_count_as_rejected_and_quiet_the_policy():
