@@ -66,13 +66,22 @@ bool BlockBuilder::rows_kernel(const ggml_tensor * w) const {
     return float_rows_fit(w) && float_rows_kernel_available(w->type);
 }
 
-ggml_tensor * BlockBuilder::gated_delta(ggml_tensor * q, ggml_tensor * k, ggml_tensor * v, ggml_tensor * g,
-                                        ggml_tensor * beta, ggml_tensor * state, int64_t K,
-                                        const ggml_tensor * cache) const {
+ggml_tensor * BlockBuilder::delta_rule_in_cache(ggml_tensor * q, ggml_tensor * k, ggml_tensor * v, ggml_tensor * g,
+                                                ggml_tensor * beta, ggml_tensor * cache, ggml_tensor * cells,
+                                                int64_t K) const {
     if (cpu_kernels && on_cpu(cache) && delta_rule_fits(v->ne[0]) && delta_rule_kernel_available()) {
-        return delta_rule(ctx, q, k, v, g, beta, state, K);
+        return delta_rule_in_place(ctx, q, k, v, g, beta, cache, cells, K);
     }
-    return ggml_gated_delta_net(ctx, q, k, v, g, beta, state, K);
+    const int64_t d = v->ne[0], nh = v->ne[1], n_tokens = v->ne[2], n_seqs = v->ne[3];
+    ggml_tensor * rows = ggml_reshape_2d(ctx, cache, d * d * nh, ggml_nelements(cache) / (d * d * nh));
+    ggml_tensor * states = ggml_reshape_4d(ctx, cells ? ggml_get_rows(ctx, rows, cells) : rows, d, d, nh, n_seqs);
+    ggml_tensor * packed = ggml_gated_delta_net(ctx, q, k, v, g, beta, states, K);
+    // after the outputs: slot 0, the final state of each sequence
+    ggml_tensor * final_states = ggml_view_2d(ctx, packed, d * d * nh, n_seqs, d * d * nh * sizeof(float),
+                                              d * nh * n_tokens * n_seqs * sizeof(float));
+    ggml_build_forward_expand(gf, cells ? ggml_set_rows(ctx, rows, final_states, cells)
+                                        : ggml_cpy(ctx, final_states, rows));
+    return packed;
 }
 
 ggml_tensor * BlockBuilder::rows_mul_mat(ggml_tensor * w, ggml_tensor * x, ggml_tensor * ids) const {
@@ -245,15 +254,12 @@ ggml_tensor * BlockBuilder::kda(ggml_tensor * x, const LayerWeights & w, uint32_
             GraphPart & part = *group->parts[p];
             const LayerCache & c = part.cache.layer(il);
             const int64_t r0 = part.row0, n = part.n_rows;
-            ggml_tensor * state = ggml_reshape_4d(ctx, c.state, d, d, nh, 1);
-            ggml_tensor * packed = gated_delta(rows_view(ctx, q, 2, r0, n), rows_view(ctx, k, 2, r0, n),
-                                               rows_view(ctx, v, 2, r0, n), rows_view(ctx, gate, 2, r0, n),
-                                               rows_view(ctx, beta, 2, r0, n), state, part.keep_snapshots ? n : 1,
-                                               c.state);
+            ggml_tensor * packed = delta_rule_in_cache(rows_view(ctx, q, 2, r0, n), rows_view(ctx, k, 2, r0, n),
+                                                       rows_view(ctx, v, 2, r0, n), rows_view(ctx, gate, 2, r0, n),
+                                                       rows_view(ctx, beta, 2, r0, n), c.state, nullptr,
+                                                       part.keep_snapshots ? n : 1);
             if (part.keep_snapshots) keep_snapshots({&part}, il, packed, xts[p]);
             outs.push_back(ggml_view_3d(ctx, packed, d, nh, n, d * sizeof(float), d * nh * sizeof(float), 0));
-            ggml_tensor * new_state = ggml_view_1d(ctx, packed, d * d * nh, d * nh * n * sizeof(float));
-            ggml_build_forward_expand(gf, ggml_cpy(ctx, new_state, ggml_reshape_1d(ctx, c.state, d * d * nh)));
         }
         o = concat_rows(ctx, outs, 2);
     }
@@ -295,14 +301,9 @@ ggml_tensor * BlockBuilder::delta_rule_over_cells(ggml_tensor * q, ggml_tensor *
     const int64_t d = hp.kda_head_dim, nh = hp.n_head, P = (int64_t) group->parts.size(), n = T / P;
     const bool snapshots = group->parts[0]->keep_snapshots;
     ggml_tensor * cells = group->cells_input(hp).add_cells(ctx);
-    ggml_tensor * states = ggml_reshape_4d(ctx, ggml_get_rows(ctx, all.state, cells), d, d, nh, P);
     auto per_part = [&](ggml_tensor * t) { return ggml_reshape_4d(ctx, t, t->ne[0], nh, n, P); };
-    ggml_tensor * packed = gated_delta(per_part(q), per_part(k), per_part(v), per_part(gate), per_part(beta), states,
-                                       snapshots ? n : 1, all.state);
-    // after the T outputs: slot 0, the P final states of d*d*nh each
-    ggml_tensor * new_states =
-        ggml_view_2d(ctx, packed, d * d * nh, P, d * d * nh * sizeof(float), d * nh * T * sizeof(float));
-    ggml_build_forward_expand(gf, ggml_set_rows(ctx, all.state, new_states, cells));
+    ggml_tensor * packed = delta_rule_in_cache(per_part(q), per_part(k), per_part(v), per_part(gate), per_part(beta),
+                                               all.state, cells, snapshots ? n : 1);
     if (snapshots) keep_snapshots(group->parts, il, packed, xt);
     return ggml_view_3d(ctx, packed, d, nh, T, d * sizeof(float), d * nh * sizeof(float), 0);
 }

@@ -162,11 +162,14 @@ private:
     // built with CPU kernels, q8_0 (graph/q8_0_rows_ops.h) or f16/f32 (graph/float_rows_ops.h: float_rows_fit), on a
     // CPU that kernel runs on.
     bool rows_kernel(const ggml_tensor * w) const;
-    // KDA's gated delta rule (ggml_gated_delta_net's arguments) over the states of `cache` (the cache tensor they
-    // come from, for its device): this project's op where that cache is on the CPU in a layer built with CPU kernels,
-    // the op takes the head size and runs here (graph/delta_rule_ops.h), else ggml's.
-    ggml_tensor * gated_delta(ggml_tensor * q, ggml_tensor * k, ggml_tensor * v, ggml_tensor * g, ggml_tensor * beta,
-                              ggml_tensor * state, int64_t K, const ggml_tensor * cache) const;
+    // KDA's gated delta rule (ggml_gated_delta_net's arguments, q..beta of n_seqs sequences, and K) over states kept
+    // in `cache` (f32 rows of d*d*n_head values: one sequence's own state, `cells` null, or the engine's cells tensor,
+    // `cells` i32 [n_seqs] the rows of the sequences), which it leaves holding the states after the last token: this
+    // project's op in place where the cache is on the CPU in a layer built with CPU kernels and the op takes the head
+    // size and runs here (graph/delta_rule_ops.h), else ggml's over the states gathered, its slot 0 written back.
+    // Returns the op's result: the outputs, then K slots (slot 0, the final states, not written by this project's op).
+    ggml_tensor * delta_rule_in_cache(ggml_tensor * q, ggml_tensor * k, ggml_tensor * v, ggml_tensor * g,
+                                      ggml_tensor * beta, ggml_tensor * cache, ggml_tensor * cells, int64_t K) const;
     // That kernel's product (q8_0_mul_mat_rows or float_mul_mat_rows; their arguments).
     ggml_tensor * rows_mul_mat(ggml_tensor * w, ggml_tensor * x, ggml_tensor * ids) const;
     // i32 [n_experts, n_cols] whose every column is 0, 1, ..., n_experts - 1 (mm's routing of rows to matrices),

@@ -27,11 +27,13 @@ constexpr const char * kOpName = "delta_rule";
 // Rows of the state run through all the tokens at once: 32 rows of 128 floats, 16 KB, half an L1.
 constexpr int64_t kBlockBytes = 16 * 1024;
 
-// What the op reads (its sources) and writes, and its snapshot slots K.
+// What the op reads (its sources) and writes, and its snapshot slots K. in_place: `state` is a cache whose rows hold
+// the sequences' states (row cells[s] of sequence s, or row s without cells), worked on there.
 struct Operands {
-    const ggml_tensor *q, *k, *v, *g, *beta, *state;
+    const ggml_tensor *q, *k, *v, *g, *beta, *state, *cells;
     float * out;
     int64_t K;
+    bool in_place;
 };
 
 // ggml_vec_dot_f32's AVX2 sum (ggml-cpu/simd-mappings.h, GGML_F32_STEP 32 = 4 registers of 8) of its 4 partial
@@ -110,13 +112,19 @@ GLM5NEXT_AVX2_FMA void run(const Operands & o, int ith, int nth) {
             const float * g = at(o.g, h, t, s);
             for (int64_t i = 0; i < S; ++i) e[t * S + i] = expf(g[i]);
         }
-        // slot 0: the state after the last token (K = 1: the only state kept, worked on in place as ggml does)
+        // slot 0: the state after the last token (K = 1: the only state kept, worked on in place as ggml does), or
+        // the sequence's row of the cache (in_place: the state is worked on where it is kept)
         float * final_state = states + (s * H + h) * S * S;
         const float * s0 = (const float *) ((const char *) o.state->data + s * o.state->nb[3]) + h * S * S;
+        if (o.in_place) {
+            const int64_t row = o.cells ? ((const int32_t *) o.cells->data)[s] : s;
+            final_state = (float *) ((char *) o.state->data + row * o.state->nb[1]) + h * S * S;
+            s0 = final_state;
+        }
         for (int64_t j0 = 0; j0 < S; j0 += block) {
             const int64_t j1 = std::min(S, j0 + block);
             float * rows = final_state + j0 * S;
-            std::memcpy(rows, s0 + j0 * S, (j1 - j0) * S * sizeof(float));
+            if (!o.in_place) std::memcpy(rows, s0 + j0 * S, (j1 - j0) * S * sizeof(float));
             for (int64_t t = 0; t < T; ++t) {
                 const float *k = at(o.k, hk, t, sk), *q = at(o.q, hq, t, sq), *v = at(o.v, h, t, s);
                 const float beta = *at(o.beta, h, t, s);
@@ -136,8 +144,14 @@ GLM5NEXT_AVX2_FMA void run(const Operands & o, int ith, int nth) {
 }
 
 void delta_rule_op(ggml_tensor * dst, int ith, int nth, void * userdata) {
-    const Operands o = {dst->src[0], dst->src[1], dst->src[2], dst->src[3], dst->src[4], dst->src[5],
-                        (float *) dst->data, (int64_t) (intptr_t) userdata};
+    const Operands o = {dst->src[0], dst->src[1], dst->src[2], dst->src[3], dst->src[4], dst->src[5], nullptr,
+                        (float *) dst->data, (int64_t) (intptr_t) userdata, false};
+    run(o, ith, nth);
+}
+
+void delta_rule_in_place_op(ggml_tensor * dst, int ith, int nth, void * userdata) {
+    const Operands o = {dst->src[0], dst->src[1], dst->src[2], dst->src[3], dst->src[4], dst->src[5], dst->src[6],
+                        (float *) dst->data, (int64_t) (intptr_t) userdata, true};
     run(o, ith, nth);
 }
 
@@ -191,10 +205,13 @@ bool delta_rule_kernel_available() {
 
 bool delta_rule_fits(int64_t head_size) { return head_size > 0 && head_size % 32 == 0; }
 
-ggml_tensor * delta_rule(ggml_context * ctx, ggml_tensor * q, ggml_tensor * k, ggml_tensor * v, ggml_tensor * g,
-                         ggml_tensor * beta, ggml_tensor * state, int64_t K) {
+namespace {
+
+// delta_rule's and delta_rule_in_place's checks of the operands but the state (named in the error).
+void check_operands(const char * op, const ggml_tensor * q, const ggml_tensor * k, const ggml_tensor * v,
+                    const ggml_tensor * g, const ggml_tensor * beta, const ggml_tensor * state, int64_t K) {
     const int64_t S = v->ne[0], H = v->ne[1], T = v->ne[2], B = v->ne[3];
-    auto refuse = [](const std::string & what) { throw std::invalid_argument("delta_rule: " + what); };
+    auto refuse = [op](const std::string & what) { throw std::invalid_argument(std::string(op) + ": " + what); };
     for (const ggml_tensor * t : {q, k, v, g, beta, state}) {
         if (t->type != GGML_TYPE_F32) refuse(std::string(t->name) + " must be f32");
     }
@@ -211,21 +228,57 @@ ggml_tensor * delta_rule(ggml_context * ctx, ggml_tensor * q, ggml_tensor * k, g
     if (!ggml_is_contiguous(beta) || beta->ne[0] != 1 || beta->ne[1] != H || beta->ne[2] != T || beta->ne[3] != B) {
         refuse("beta must be contiguous [1, H, T, n_seqs]");
     }
-    if (!ggml_is_contiguous(state) || state->ne[0] != S || state->ne[1] != S || state->ne[2] != H || state->ne[3] != B) {
-        refuse("state must be contiguous [S_v, S_v, H, n_seqs]");
-    }
     if (K < 1) refuse("K (snapshot slots) must be >= 1");
     if (!delta_rule_kernel_available()) {
         refuse("this CPU lacks AVX2/FMA, the op differs from ggml's gated_delta_net here, or this build has no x86 "
                "kernels (delta_rule_kernel_available)");
     }
+}
+
+}  // namespace
+
+ggml_tensor * delta_rule(ggml_context * ctx, ggml_tensor * q, ggml_tensor * k, ggml_tensor * v, ggml_tensor * g,
+                         ggml_tensor * beta, ggml_tensor * state, int64_t K) {
+    const int64_t S = v->ne[0], H = v->ne[1], T = v->ne[2], B = v->ne[3];
+    if (!ggml_is_contiguous(state) || state->ne[0] != S || state->ne[1] != S || state->ne[2] != H || state->ne[3] != B) {
+        throw std::invalid_argument("delta_rule: state must be contiguous [S_v, S_v, H, n_seqs]");
+    }
+    check_operands("delta_rule", q, k, v, g, beta, state, K);
 #if !GLM5NEXT_X86_KERNELS
     (void) ctx;
-    return nullptr;  // not reached: never available without the x86 kernels (above)
+    return nullptr;  // not reached: never available without the x86 kernels (check_operands)
 #else
     ggml_tensor * args[] = {q, k, v, g, beta, state};
     ggml_tensor * out = ggml_custom_4d(ctx, GGML_TYPE_F32, S * H, T * B + K * S * B, 1, 1, args, 6, delta_rule_op,
                                        GGML_N_TASKS_MAX, (void *) (intptr_t) K);
+    ggml_set_name(out, kOpName);
+    return out;
+#endif
+}
+
+ggml_tensor * delta_rule_in_place(ggml_context * ctx, ggml_tensor * q, ggml_tensor * k, ggml_tensor * v,
+                                  ggml_tensor * g, ggml_tensor * beta, ggml_tensor * states, ggml_tensor * cells,
+                                  int64_t K) {
+    const int64_t S = v->ne[0], H = v->ne[1], T = v->ne[2], B = v->ne[3];
+    const int64_t row = S * S * H;
+    if (!ggml_is_contiguous(states) || ggml_nelements(states) % row != 0 ||
+        ggml_nelements(states) / row < (cells ? 1 : B)) {
+        throw std::invalid_argument("delta_rule_in_place: states must be contiguous, rows of S_v * S_v * H = " +
+                                    std::to_string(row) + " values, one per sequence at least");
+    }
+    if (cells && (cells->type != GGML_TYPE_I32 || ggml_nelements(cells) != B || !ggml_is_contiguous(cells))) {
+        throw std::invalid_argument("delta_rule_in_place: cells must be i32 [n_seqs = " + std::to_string(B) + "]");
+    }
+    check_operands("delta_rule_in_place", q, k, v, g, beta, states, K);
+#if !GLM5NEXT_X86_KERNELS
+    (void) ctx;
+    return nullptr;  // not reached: never available without the x86 kernels (check_operands)
+#else
+    // rows of the cache, as the op indexes them (nb[1] = one state)
+    ggml_tensor * rows = ggml_reshape_2d(ctx, states, row, ggml_nelements(states) / row);
+    ggml_tensor * args[] = {q, k, v, g, beta, rows, cells};
+    ggml_tensor * out = ggml_custom_4d(ctx, GGML_TYPE_F32, S * H, T * B + K * S * B, 1, 1, args, cells ? 7 : 6,
+                                       delta_rule_in_place_op, GGML_N_TASKS_MAX, (void *) (intptr_t) K);
     ggml_set_name(out, kOpName);
     return out;
 #endif

@@ -38,6 +38,19 @@ bool delta_rule_fits(int64_t head_size);
 ggml_tensor * delta_rule(ggml_context * ctx, ggml_tensor * q, ggml_tensor * k, ggml_tensor * v, ggml_tensor * g,
                          ggml_tensor * beta, ggml_tensor * state, int64_t K);
 
+// delta_rule on states kept in a cache, worked on where they are kept: `states` f32 contiguous, rows of S_v * S_v * H
+// values (a cache's KDA states, graph/layer_cache.h: one cell's state per row of the engine's cells tensor, or one
+// sequence's own state tensor), `cells` i32 [n_seqs]: the row of each sequence (nullptr: row s for sequence s). Each
+// sequence's state is read from its row and left there after the last token, ggml_gated_delta_net's slot 0, whose
+// place in the result is left unwritten; the outputs and slots 1..K-1 are delta_rule's, the same bits. The caller
+// saves the gather of the states into an operand and the write of slot 0 back: both copies of every state (bench
+// preset q8_0, a decode step of 4 sequences, -t 2: the op profile's GET_ROWS 2.8 ms and SET_ROWS 1.5 ms of 41, most
+// of them the KDA states of 9 layers). Rows of `cells` must lie in `states` (the engine's cells: not checked at run
+// time). Throws std::invalid_argument as delta_rule does, or naming states or cells when they do not fit.
+ggml_tensor * delta_rule_in_place(ggml_context * ctx, ggml_tensor * q, ggml_tensor * k, ggml_tensor * v,
+                                  ggml_tensor * g, ggml_tensor * beta, ggml_tensor * states, ggml_tensor * cells,
+                                  int64_t K);
+
 // Whether `node` is delta_rule's (the op profile counts it apart from the other custom ops).
 bool is_delta_rule(const ggml_tensor * node);
 

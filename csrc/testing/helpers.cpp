@@ -1,10 +1,12 @@
 #include "testing/helpers.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <initializer_list>
 #include <utility>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -30,11 +32,13 @@ ggml_context_ptr metadata_context(int n_tensors) {
 }
 
 // Computes the graph of `out` on the CPU backend with n_threads (0: all cores), `reps` times: inputs are copied in
-// from `inputs` (tensor, data) pairs, and `out` (of the last run) is copied to `result`. Returns the fastest run's
-// seconds.
+// from `inputs` (tensor, data) pairs, and `out` (of the last run) is copied to `result`, and each tensor of `read` (an
+// input an op wrote in place) to its data. Returns the fastest run's seconds.
 double compute_on_cpu(ggml_tensor * out, std::initializer_list<std::pair<ggml_tensor *, const float *>> inputs,
-                      float * result, ggml_context * ctx, int n_threads = 0, int reps = 1) {
+                      float * result, ggml_context * ctx, int n_threads = 0, int reps = 1,
+                      std::initializer_list<std::pair<ggml_tensor *, float *>> read = {}) {
     ggml_set_output(out);
+    for (const auto & [t, data] : read) ggml_set_output(t);
     ggml_cgraph * gf = ggml_new_graph(ctx);
     ggml_build_forward_expand(gf, out);
     ggml_backend_ptr backend(ggml_backend_cpu_init());
@@ -56,6 +60,7 @@ double compute_on_cpu(ggml_tensor * out, std::initializer_list<std::pair<ggml_te
         best = i == 0 ? seconds : std::min(best, seconds);
     }
     ggml_backend_tensor_get(out, result, 0, ggml_nbytes(out));
+    for (const auto & [t, data] : read) ggml_backend_tensor_get(t, data, 0, ggml_nbytes(t));
     return best;
 }
 
@@ -157,6 +162,16 @@ void one_slot_two_graphs(const float *x, float *out_a, float *out_b, int64_t n) 
     }
 }
 
+// The delta rule's inputs but the state, f32 graph inputs: q, k, v, g [S, H, T, B] and beta [1, H, T, B].
+static std::array<ggml_tensor *, 5> delta_rule_inputs(ggml_context * ctx, int64_t S, int64_t H, int64_t T, int64_t B) {
+    std::array<ggml_tensor *, 5> t{};
+    for (int i = 0; i < 5; ++i) {
+        t[i] = ggml_new_tensor_4d(ctx, GGML_TYPE_F32, i == 4 ? 1 : S, H, T, B);
+        ggml_set_input(t[i]);
+    }
+    return t;
+}
+
 double delta_rule_f32(const float *q, const float *k, const float *v, const float *g, const float *beta,
                       const float *state, float *out, int64_t S, int64_t H, int64_t T, int64_t B, int64_t K,
                       bool ggml_kernel, int reps, int n_threads) {
@@ -164,17 +179,41 @@ double delta_rule_f32(const float *q, const float *k, const float *v, const floa
         throw std::invalid_argument("delta_rule_f32: all dimensions, reps and n_threads must be >= 1");
     }
     ggml_context_ptr ctx = metadata_context(16);
-    ggml_tensor *tq = ggml_new_tensor_4d(ctx.get(), GGML_TYPE_F32, S, H, T, B);
-    ggml_tensor *tk = ggml_new_tensor_4d(ctx.get(), GGML_TYPE_F32, S, H, T, B);
-    ggml_tensor *tv = ggml_new_tensor_4d(ctx.get(), GGML_TYPE_F32, S, H, T, B);
-    ggml_tensor *tg = ggml_new_tensor_4d(ctx.get(), GGML_TYPE_F32, S, H, T, B);
-    ggml_tensor *tb = ggml_new_tensor_4d(ctx.get(), GGML_TYPE_F32, 1, H, T, B);
+    const auto [tq, tk, tv, tg, tb] = delta_rule_inputs(ctx.get(), S, H, T, B);
     ggml_tensor *ts = ggml_new_tensor_4d(ctx.get(), GGML_TYPE_F32, S, S, H, B);
-    for (ggml_tensor *t : {tq, tk, tv, tg, tb, ts}) ggml_set_input(t);
+    ggml_set_input(ts);
     ggml_tensor *y = ggml_kernel ? ggml_gated_delta_net(ctx.get(), tq, tk, tv, tg, tb, ts, K)
                                  : delta_rule(ctx.get(), tq, tk, tv, tg, tb, ts, K);
     return compute_on_cpu(y, {{tq, q}, {tk, k}, {tv, v}, {tg, g}, {tb, beta}, {ts, state}}, out, ctx.get(), n_threads,
                           reps);
+}
+
+void delta_rule_in_place_f32(const float *q, const float *k, const float *v, const float *g, const float *beta,
+                             float *states, int64_t n_rows, const int32_t *cells, float *out, int64_t S, int64_t H,
+                             int64_t T, int64_t B, int64_t K) {
+    if (S < 1 || H < 1 || T < 1 || B < 1 || K < 1 || n_rows < 1) {
+        throw std::invalid_argument("delta_rule_in_place_f32: all dimensions and n_rows must be >= 1");
+    }
+    for (int64_t s = 0; cells != nullptr && s < B; ++s) {
+        if (cells[s] < 0 || cells[s] >= n_rows) {
+            throw std::invalid_argument("delta_rule_in_place_f32: cell " + std::to_string(cells[s]) +
+                                        " outside the states' " + std::to_string(n_rows) + " rows");
+        }
+    }
+    ggml_context_ptr ctx = metadata_context(16);
+    const auto [tq, tk, tv, tg, tb] = delta_rule_inputs(ctx.get(), S, H, T, B);
+    ggml_tensor *ts = ggml_new_tensor_2d(ctx.get(), GGML_TYPE_F32, S * S * H, n_rows);
+    ggml_tensor *tc = cells ? ggml_new_tensor_1d(ctx.get(), GGML_TYPE_I32, B) : nullptr;
+    ggml_set_input(ts);
+    if (tc) ggml_set_input(tc);
+    ggml_tensor *y = delta_rule_in_place(ctx.get(), tq, tk, tv, tg, tb, ts, tc, K);
+    if (tc) {  // (i32 data through compute_on_cpu's float inputs: the bytes are copied as they are)
+        compute_on_cpu(y, {{tq, q}, {tk, k}, {tv, v}, {tg, g}, {tb, beta}, {ts, states},
+                           {tc, reinterpret_cast<const float *>(cells)}}, out, ctx.get(), 2, 1, {{ts, states}});
+    } else {
+        compute_on_cpu(y, {{tq, q}, {tk, k}, {tv, v}, {tg, g}, {tb, beta}, {ts, states}}, out, ctx.get(), 2, 1,
+                       {{ts, states}});
+    }
 }
 
 }  // namespace glm5next

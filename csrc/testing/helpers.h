@@ -37,6 +37,14 @@ double delta_rule_f32(const float *q, const float *k, const float *v, const floa
                       const float *state, float *out, int64_t S, int64_t H, int64_t T, int64_t B, int64_t K,
                       bool ggml_kernel, int reps, int n_threads);
 
+// delta_rule_in_place (graph/delta_rule_ops.h) on the same arrays, the states kept in `states` [n_rows][H][S][S]:
+// sequence s's in row cells[s] (cells null: row s), written back there after the last token. out as delta_rule_f32's
+// (slot 0 as the op leaves it: unwritten). Two threads. Throws std::invalid_argument for a cell
+// outside the rows or shapes the op refuses.
+void delta_rule_in_place_f32(const float *q, const float *k, const float *v, const float *g, const float *beta,
+                             float *states, int64_t n_rows, const int32_t *cells, float *out, int64_t S, int64_t H,
+                             int64_t T, int64_t B, int64_t K);
+
 // Two graphs of one slot (runtime/graph_slot.h, one CPU backend), run in turn on x [n]: first
 // a = 2 * ((2x * 3) * 5) (each tensor used once: ggml's allocator may compute each step in the place of the one
 // before), then b = 2x + (2x * 3) * 5 (2x lives until the end), whose graphs have as many nodes and leafs as a's, of

@@ -4,6 +4,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -266,5 +267,54 @@ Returns:
 
 Raises:
     ValueError: shapes that do not fit, or this project's op not available here. RuntimeError: ggml failed.
+)doc");
+
+    mod.def("delta_rule_in_place",
+            [](const f32_array &q, const f32_array &k, const f32_array &v, const f32_array &g, const f32_array &beta,
+               const f32_array &states, std::optional<std::vector<int32_t>> cells, int64_t K) {
+                if (q.ndim() != 4 || beta.ndim() != 3 || states.ndim() != 4) {
+                    throw std::invalid_argument("delta_rule_in_place: q, k, v, g must be 4-D (B, T, H, S), beta 3-D "
+                                                "(B, T, H), states 4-D (rows, H, S, S)");
+                }
+                const auto B = q.shape(0), T = q.shape(1), H = q.shape(2), S = q.shape(3), rows = states.shape(0);
+                for (const f32_array *a : {&k, &v, &g}) {
+                    if (a->ndim() != 4 || a->shape(0) != B || a->shape(1) != T || a->shape(2) != H || a->shape(3) != S) {
+                        throw std::invalid_argument("delta_rule_in_place: k, v, g must have q's shape (B, T, H, S)");
+                    }
+                }
+                if (beta.shape(0) != B || beta.shape(1) != T || beta.shape(2) != H || states.shape(1) != H ||
+                    states.shape(2) != S || states.shape(3) != S) {
+                    throw std::invalid_argument("delta_rule_in_place: beta must be (B, T, H), states (rows, H, S, S)");
+                }
+                if (cells && (int64_t) cells->size() != B) {
+                    throw std::invalid_argument("delta_rule_in_place: one cell per sequence (B)");
+                }
+                py::array_t<float> out(T * B * S * H + K * B * H * S * S);
+                py::array_t<float> after({rows, (py::ssize_t) H, (py::ssize_t) S, (py::ssize_t) S});
+                std::copy(states.data(), states.data() + states.size(), after.mutable_data());
+                {
+                    py::gil_scoped_release release;
+                    glm5next::delta_rule_in_place_f32(q.data(), k.data(), v.data(), g.data(), beta.data(),
+                                                      after.mutable_data(), rows, cells ? cells->data() : nullptr,
+                                                      out.mutable_data(), S, H, T, B, K);
+                }
+                return py::make_tuple(out, after);
+            },
+            py::arg("q"), py::arg("k"), py::arg("v"), py::arg("g"), py::arg("beta"), py::arg("states"),
+            py::arg("cells") = py::none(), py::arg("K") = 1,
+            R"doc(KDA's gated delta rule by this project's op on states kept in a cache (csrc/graph/delta_rule_ops.h,
+delta_rule_in_place), for tests.
+
+Args:
+    q, k, v, g: float32 (B, T, H, S); beta: float32 (B, T, H); states: float32 (rows, H, S, S), the cache: sequence
+    b's state in row cells[b] (cells None: row b). K: snapshot slots.
+
+Returns:
+    (out, states_after): out float32 as delta_rule's (slot 0 unwritten: its values are the buffer's), and the cache
+    after the op, each sequence's row holding its state after the last token, the other rows as they were.
+
+Raises:
+    ValueError: shapes that do not fit, a cell outside the rows, or the op not available here. RuntimeError: ggml
+    failed.
 )doc");
 }

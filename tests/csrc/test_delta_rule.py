@@ -73,3 +73,35 @@ def test_a_head_size_the_op_does_not_take_is_refused_by_name():
     args = _inputs(np.random.default_rng(1), 1, 2, 1, 48)
     with pytest.raises(ValueError, match="head size 48"):
         _testing.delta_rule(*args)
+
+
+@needs_kernel_cpu
+@pytest.mark.parametrize("B,T,K,cells", [(3, 1, 1, [4, 0, 2]), (2, 5, 3, [1, 3]), (2, 37, 1, None), (1, 2, 4, [0])])
+def test_the_op_in_place_leaves_ggml_s_final_states_in_the_cells_and_no_other_row_changes(B, T, K, cells):
+    """The engine's decode steps, prompt chunks and verify passes over states kept in its cells: each sequence's
+    state is read from its row of the cache and replaced there by ggml's slot 0 (the state after the last token), bit
+    for bit; the outputs and the snapshot slots past 0 are ggml's; rows of no sequence in the step stay as they
+    were."""
+    S, H = 128, 2
+    rng = np.random.default_rng(B * 100 + T)
+    q, k, v, g, beta, state = _inputs(rng, B, T, H, S)
+    rows = max(cells) + 2 if cells else B
+    cache = rng.standard_normal((rows, H, S, S), dtype=np.float32)
+    at = cells if cells else list(range(B))
+    cache[at] = state
+    ours, after = _testing.delta_rule_in_place(q, k, v, g, beta, cache, cells, K=K)
+    theirs, _ = _testing.delta_rule(q, k, v, g, beta, state, K=K, ggml_kernel=True)
+    n_out, n_state = B * T * H * S, B * H * S * S
+    written = min(T, K) * n_state  # slots past min(T, K) are the caller's (ggml leaves them as they were)
+    assert np.array_equal(ours[:n_out], theirs[:n_out])
+    assert np.array_equal(ours[n_out + n_state:n_out + written], theirs[n_out + n_state:n_out + written])
+    assert np.array_equal(after[at].reshape(-1), theirs[n_out:n_out + n_state])
+    others = [r for r in range(rows) if r not in at]
+    assert np.array_equal(after[others], cache[others])
+
+
+@needs_kernel_cpu
+def test_a_cell_outside_the_cache_is_refused_by_name():
+    q, k, v, g, beta, state = _inputs(np.random.default_rng(2), 2, 1, 1, 64)
+    with pytest.raises(ValueError, match="cell 3 outside"):
+        _testing.delta_rule_in_place(q, k, v, g, beta, state, [0, 3])
