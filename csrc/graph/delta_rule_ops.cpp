@@ -10,6 +10,7 @@
 
 #include "ggml-cpu.h"
 #include "graph/cpu_arch.h"
+#include "graph/ggml_simd_sums.h"
 
 #if GLM5NEXT_X86_KERNELS
 #include <immintrin.h>
@@ -36,17 +37,6 @@ struct Operands {
     bool in_place;
 };
 
-// ggml_vec_dot_f32's AVX2 sum (ggml-cpu/simd-mappings.h, GGML_F32_STEP 32 = 4 registers of 8) of its 4 partial
-// sums: GGML_F32x8_REDUCE's adds, in its order.
-GLM5NEXT_AVX2_FMA inline float reduce4(__m256 s0, __m256 s1, __m256 s2, __m256 s3) {
-    s0 = _mm256_add_ps(s0, s2);
-    s1 = _mm256_add_ps(s1, s3);
-    s0 = _mm256_add_ps(s0, s1);
-    const __m128 t0 = _mm_add_ps(_mm256_castps256_ps128(s0), _mm256_extractf128_ps(s0, 1));
-    const __m128 t1 = _mm_hadd_ps(t0, t0);
-    return _mm_cvtss_f32(_mm_hadd_ps(t1, t1));
-}
-
 // One token's step of R consecutive rows j.. (n values each, a multiple of 32; v_j: their values of v): row *= e
 // (ggml_vec_mul_f32); delta = (v_j - row . k) * beta (ggml_vec_dot_f32); row += k * delta (ggml_vec_mad_f32:
 // GGML_F32_VEC_FMA); out = row . q (before the scale). Two passes over the rows instead of four calls each, the rows
@@ -71,7 +61,7 @@ GLM5NEXT_AVX2_FMA inline void rows_step(float * rows, const float * e, const flo
     }
     __m256 delta[R];
     for (int r = 0; r < R; ++r) {
-        delta[r] = _mm256_set1_ps((v_j[r] - reduce4(s[r][0], s[r][1], s[r][2], s[r][3])) * beta);
+        delta[r] = _mm256_set1_ps((v_j[r] - f32x8_reduce4(s[r][0], s[r][1], s[r][2], s[r][3])) * beta);
         for (int u = 0; u < 4; ++u) s[r][u] = _mm256_setzero_ps();
     }
     for (int64_t i = 0; i < n; i += 32) {
@@ -85,7 +75,7 @@ GLM5NEXT_AVX2_FMA inline void rows_step(float * rows, const float * e, const flo
             }
         }
     }
-    for (int r = 0; r < R; ++r) out[r] = reduce4(s[r][0], s[r][1], s[r][2], s[r][3]);
+    for (int r = 0; r < R; ++r) out[r] = f32x8_reduce4(s[r][0], s[r][1], s[r][2], s[r][3]);
 }
 
 const float * at(const ggml_tensor * t, int64_t i1, int64_t i2, int64_t i3) {

@@ -186,8 +186,15 @@ Raises:
                 return glm5next::float_rows_kernel_available(float_weight_type("float_rows_kernel_available", weight_type));
             },
             py::arg("weight_type"),
-            "Whether this CPU runs the few-row f16 / f32 kernel (AVX-512 F, checked against ggml's vec_dot bit for "
-            "bit). ValueError for a weight_type other than \"f16\" or \"f32\".");
+            "Whether this CPU runs the few-row f16 / f32 kernel (AVX-512 F or AVX2, checked against ggml's vec_dot "
+            "bit for bit). ValueError for a weight_type other than \"f16\" or \"f32\".");
+
+    mod.def("float_rows_kernel_isa", [](const std::string &weight_type) {
+                return std::string(glm5next::float_rows_kernel_isa(float_weight_type("float_rows_kernel_isa", weight_type)));
+            },
+            py::arg("weight_type"),
+            "The few-row f16 / f32 kernel's instruction set here: \"avx512f\", \"avx2\" or \"\" (none runs). "
+            "ValueError for a weight_type other than \"f16\" or \"f32\".");
 
     mod.def("q8_0_rows_kernel_available", &glm5next::q8_0_rows_kernel_available,
             "Whether this CPU runs the few-row q8_0 kernel (AVX-512 VNNI or AVX2, checked against ggml's vec_dot bit "
