@@ -576,7 +576,7 @@ class DraftLengthPolicy:
         """
     def wake(self) -> bool:
         """
-        At a generation's start (a new text): no longer quiet, the next probe within 8 rounds, if a predictable text could pay (predictable_text_pays) or this is the 16th new text that found it quiet since it last woke. Returns whether it woke.
+        At a generation's start (a new text): no longer quiet, the next probe within 8 rounds, if a predictable text could pay (predictable_text_pays) or this is the 64th new text that found it quiet since it last woke. Returns whether it woke.
         """
     @property
     def n_max(self) -> int:

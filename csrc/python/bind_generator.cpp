@@ -346,7 +346,7 @@ n_min, shared by its generators).)doc")
              "generations on this policy then run without drafts and write no draft-head rows, until wake.")
         .def("wake", &DraftLengthPolicy::wake,
              "At a generation's start (a new text): no longer quiet, the next probe within 8 rounds, if a "
-             "predictable text could pay (predictable_text_pays) or this is the 16th new text that found it quiet "
+             "predictable text could pay (predictable_text_pays) or this is the 64th new text that found it quiet "
              "since it last woke. Returns whether it woke.")
         .def("predictable_text_pays", &DraftLengthPolicy::predictable_text_pays,
              "Whether drafting would pay, at the round costs estimated now, on a text whose every draft is accepted "

@@ -272,6 +272,7 @@ private:
     std::vector<int32_t> pending_x_;
     int64_t pending_pos_ = 0;
     int64_t flush_rows_ = 0;   // of them, the first ones to write without drafting (a prompt's rows, deferred rows)
+    int64_t prompt_rows_ = 0;  // of them, the first ones: a prompt's, waiting for a round that drafts (finish_prompt)
     bool deferred_flush_ = false;  // the flush writes rows deferred by rounds without drafts (timed for the policy)
     int64_t flushed_rows_ = 0;     // the flush's rows written so far, and their time
     double flush_ms_ = 0;
