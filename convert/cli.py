@@ -2,12 +2,39 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from . import qtypes
 from .checkpoint import ConversionError
 from .converter import convert
 from .hparams import ARCHES
+
+
+@contextmanager
+def _interrupts() -> Iterator[list[int]]:
+    """While the conversion runs: SIGINT raises KeyboardInterrupt as usual and is also recorded in the yielded list,
+    so that an interrupt another library swallowed (torch's C++ turns a KeyboardInterrupt raised inside its tensor
+    construction into a TypeError, which the checkpoint reader reports as a ConversionError: seen in CI) still ends
+    the run as an interrupt. Only where SIGINT has Python's default handler, in the main thread."""
+    seen: list[int] = []
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield seen
+        return
+
+    def on_sigint(signum, frame):
+        seen.append(signum)
+        signal.default_int_handler(signum, frame)
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield seen
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,16 +59,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     a = p.parse_args(argv)
     layout = "no-mtp" if a.no_mtp else "mtp-only" if a.mtp_only else "combined"
-    try:
-        convert(a.hf_dir, a.outfile, outtype=a.outtype, mtp_type=a.mtp_type, layout=layout, arch=a.arch,
-                progress=not a.no_progress, log=lambda m: print(m, file=sys.stderr))
-    except ConversionError as e:
-        print(f"glm5next-convert: error: {e}", file=sys.stderr)
-        return 1
-    except OSError as e:  # the converter names its files itself; this is the net for an unforeseen OS error
-        where = f"{e.filename}: " if e.filename else ""
-        print(f"glm5next-convert: error: {where}{e.strerror or e}", file=sys.stderr)
-        return 1
+    with _interrupts() as interrupted:
+        try:
+            convert(a.hf_dir, a.outfile, outtype=a.outtype, mtp_type=a.mtp_type, layout=layout, arch=a.arch,
+                    progress=not a.no_progress, log=lambda m: print(m, file=sys.stderr))
+        except (ConversionError, OSError) as e:
+            if interrupted:  # Ctrl-C, surfaced as another error (_interrupts): an interrupt all the same
+                raise KeyboardInterrupt from e
+            if isinstance(e, ConversionError):
+                print(f"glm5next-convert: error: {e}", file=sys.stderr)
+            else:  # the converter names its files itself; this is the net for an unforeseen OS error
+                where = f"{e.filename}: " if e.filename else ""
+                print(f"glm5next-convert: error: {where}{e.strerror or e}", file=sys.stderr)
+            return 1
     return 0
 
 

@@ -92,3 +92,34 @@ def test_signal_mid_write_leaves_nothing_behind(job, mode, sig):
     assert sorted(out.parent.iterdir()) == [out], "left behind: " + ", ".join(f.name for f in out.parent.iterdir())
     assert out.read_bytes() == OLD_OUTPUT
     assert not [f for f in ckpt.iterdir() if f.name.startswith(".")]
+
+
+def test_an_interrupt_another_library_turned_into_an_error_still_ends_the_run_as_an_interrupt(monkeypatch, tmp_path):
+    """Ctrl-C while torch builds a tensor: torch's C++ turns the KeyboardInterrupt into a TypeError, the checkpoint
+    reader reports that as a ConversionError naming the tensor (seen in CI: the SIGINT case above exited 1 with "could
+    not determine the shape of object type 'torch.storage.UntypedStorage'"). The command line must still end as an
+    interrupt (130 / -SIGINT), not as bad input; the same error without an interrupt stays bad input (1)."""
+    from glm5next_convert import cli
+    from glm5next_convert.checkpoint import ConversionError
+
+    def swallowed_interrupt(*_args, **_kwargs):
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)  # the handler runs here
+        except KeyboardInterrupt:
+            pass
+        raise ConversionError("model.embed_tokens.weight (could not determine the shape of object type ...)")
+
+    def bad_input(*_args, **_kwargs):
+        raise ConversionError("model.embed_tokens.weight (could not determine the shape of object type ...)")
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        monkeypatch.setattr(cli, "convert", swallowed_interrupt)
+        with pytest.raises(KeyboardInterrupt):
+            cli.main([str(tmp_path), "--no-progress"])
+        monkeypatch.setattr(cli, "convert", bad_input)
+        assert cli.main([str(tmp_path), "--no-progress"]) == 1
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored after the run
+    finally:
+        signal.signal(signal.SIGINT, previous)
