@@ -115,11 +115,9 @@ def main() -> None:
                 clients(ports[kind], texts, 8)  # warm-up: every slot once
             for run in range(args.runs):
                 for kind in kinds:
-                    if n > 1 and run % 2:
-                        alone.setdefault((kind, n), []).append(clients(ports[kind], texts[:1], args.n_gen)[0])
-                    table.setdefault((kind, n), []).append(clients(ports[kind], texts, args.n_gen)[0])
-                    if n > 1 and not run % 2:
-                        alone.setdefault((kind, n), []).append(clients(ports[kind], texts[:1], args.n_gen)[0])
+                    pair = [(table, texts), (alone, texts[:1])] if n > 1 else [(table, texts)]
+                    for runs_of, sent in pair if run % 2 == 0 else pair[::-1]:  # one client first in every other
+                        runs_of.setdefault((kind, n), []).append(clients(ports[kind], sent, args.n_gen)[0])
         finally:
             for proc in procs:
                 proc.terminate()

@@ -29,7 +29,8 @@ inline bool cpu_has_avx2_fma_f16c() {
 // Whether our few-row kernels may use AVX-512 where the CPU has it: not when the environment sets
 // GLM5NEXT_CPU_KERNELS=avx2, which makes them choose what a CPU without AVX-512 runs (the AVX2 q8_0 kernel; the AVX2
 // f16 and f32 kernel, which gives ggml's bits only with an AVX2 ggml: with an AVX-512 one, ggml's ops), so that those
-// paths are tested on an AVX-512 machine (tests/csrc/test_q8_0_rows.py) and can be compared there. "native" or unset: what the CPU has. Read when a kernel is chosen (once per process).
+// paths are tested on an AVX-512 machine (tests/csrc/test_q8_0_rows.py) and can be compared there. "native" or
+// unset: what the CPU has. Read when a kernel is chosen (once per process).
 // Throws std::invalid_argument for any other value, naming it.
 inline bool avx512_kernels_allowed() {
     const char * v = std::getenv("GLM5NEXT_CPU_KERNELS");

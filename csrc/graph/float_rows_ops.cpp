@@ -134,7 +134,7 @@ void dot_rows_n(int64_t n, const void * w, int64_t K, const float * const * xr, 
 // the nq * n chains of adds side by side, where vec_dot runs one after the other (KDA's f_b and g_b rows are 48
 // values: all leftovers on AVX-512, and a chain of dependent adds per element of the product).
 GLM5NEXT_AVX2 void f16_leftovers(int64_t nq, int64_t n, const ggml_fp16_t * const * w, int64_t np, int64_t K,
-                                    const float * const * xr, double (*s)[kChunkRows]) {
+                                 const float * const * xr, double (*s)[kChunkRows]) {
     for (int64_t i = np; i < K; ++i) {
         for (int64_t q = 0; q < nq; ++q) {
             const float wi = _cvtsh_ss(w[q][i]);

@@ -308,7 +308,10 @@ int64_t Generator::begin_round(int64_t max_tokens, int batch_drafts, bool batch_
         deferred_flush_ = draft_limit_ == 0 &&
                           (int64_t) pending_x_.size() - prompt_rows_ - flush_rows_ >= kDeferredRows;
         if (deferred_flush_) flush_rows_ = (int64_t) pending_x_.size();
-        if (draft_limit_ > 0 && prompt_rows_ > 0) flush_rows_ = prompt_rows_, deferred_flush_ = true;
+        if (draft_limit_ > 0 && prompt_rows_ > 0) {
+            flush_rows_ = prompt_rows_;
+            deferred_flush_ = true;
+        }
         if (flush_rows_ > 0) prompt_rows_ = 0;
     }
     ++stats_.rounds_at_length[draft_limit_];

@@ -273,7 +273,8 @@ private:
     int64_t pending_pos_ = 0;
     int64_t flush_rows_ = 0;   // of them, the first ones to write without drafting (a prompt's rows, deferred rows)
     int64_t prompt_rows_ = 0;  // of them, the first ones: a prompt's, waiting for a round that drafts (finish_prompt)
-    bool deferred_flush_ = false;  // the flush writes rows deferred by rounds without drafts (timed for the policy)
+    bool deferred_flush_ = false;  // the flush writes rows deferred (by rounds without drafts, or a prompt's that
+                                   // waited for a drafting round): timed for the policy (observe_rows)
     int64_t flushed_rows_ = 0;     // the flush's rows written so far, and their time
     double flush_ms_ = 0;
     int64_t part_rows_ = 0;    // the rows of the draft part running

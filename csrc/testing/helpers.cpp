@@ -34,7 +34,7 @@ ggml_context_ptr metadata_context(int n_tensors) {
 // Computes the graph of `out` on the CPU backend with n_threads (0: all cores), `reps` times: inputs are copied in
 // from `inputs` (tensor, data) pairs, and `out` (of the last run) is copied to `result`, and each tensor of `read` (an
 // input an op wrote in place) to its data. Returns the fastest run's seconds.
-double compute_on_cpu(ggml_tensor * out, std::initializer_list<std::pair<ggml_tensor *, const float *>> inputs,
+double compute_on_cpu(ggml_tensor * out, const std::vector<std::pair<ggml_tensor *, const void *>> & inputs,
                       float * result, ggml_context * ctx, int n_threads = 0, int reps = 1,
                       std::initializer_list<std::pair<ggml_tensor *, float *>> read = {}) {
     ggml_set_output(out);
@@ -207,13 +207,10 @@ void delta_rule_in_place_f32(const float *q, const float *k, const float *v, con
     ggml_set_input(ts);
     if (tc) ggml_set_input(tc);
     ggml_tensor *y = delta_rule_in_place(ctx.get(), tq, tk, tv, tg, tb, ts, tc, K);
-    if (tc) {  // (i32 data through compute_on_cpu's float inputs: the bytes are copied as they are)
-        compute_on_cpu(y, {{tq, q}, {tk, k}, {tv, v}, {tg, g}, {tb, beta}, {ts, states},
-                           {tc, reinterpret_cast<const float *>(cells)}}, out, ctx.get(), 2, 1, {{ts, states}});
-    } else {
-        compute_on_cpu(y, {{tq, q}, {tk, k}, {tv, v}, {tg, g}, {tb, beta}, {ts, states}}, out, ctx.get(), 2, 1,
-                       {{ts, states}});
-    }
+    std::vector<std::pair<ggml_tensor *, const void *>> inputs = {{tq, q}, {tk, k}, {tv, v}, {tg, g}, {tb, beta},
+                                                                  {ts, states}};
+    if (tc) inputs.emplace_back(tc, cells);
+    compute_on_cpu(y, inputs, out, ctx.get(), 2, 1, {{ts, states}});
 }
 
 }  // namespace glm5next
