@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "graph/concat_ops.h"
 #include "graph/delta_rule_ops.h"
 #include "graph/float_rows_ops.h"
 #include "graph/indexer_ops.h"
@@ -30,6 +31,14 @@ void BlockBuilder::write_rows_at(ggml_tensor * src, ggml_tensor * cache, ggml_te
 }
 
 ggml_tensor * BlockBuilder::rms(ggml_tensor * x, ggml_tensor * w) const { return ggml_mul(ctx, ggml_rms_norm(ctx, x, hp.rms_eps), w); }
+
+ggml_tensor * BlockBuilder::concat(const std::vector<ggml_tensor *> & pieces, int dim) const {
+    const bool f32 = std::all_of(pieces.begin(), pieces.end(), [](const ggml_tensor * t) { return t->type == GGML_TYPE_F32; });
+    if (cpu_kernels && f32) return concat_f32(ctx, pieces, dim);
+    ggml_tensor * out = pieces.at(0);
+    for (size_t i = 1; i < pieces.size(); ++i) out = ggml_concat(ctx, out, pieces[i], dim);
+    return out;
+}
 
 ggml_tensor * BlockBuilder::mm(ggml_tensor * w, ggml_tensor * x) const {
     if (x->ne[1] == 1 || (!few && x->ne[1] > kInvariantMaxRows)) return ggml_mul_mat(ctx, w, x);
@@ -191,7 +200,7 @@ ggml_tensor * BlockBuilder::moe(ggml_tensor * x, const LayerWeights & w, int il)
 ggml_tensor * BlockBuilder::conv(ggml_tensor * xp, ggml_tensor * kernel, ggml_tensor * conv_cache, int64_t n_rows,
                                  ggml_tensor ** xt_out) const {
     const int64_t K = hp.ssm_conv_kernel, channels = conv_cache->ne[1];
-    ggml_tensor * xt = ggml_concat(ctx, conv_cache, ggml_transpose(ctx, xp), 0);  // [K-1+T, channels]
+    ggml_tensor * xt = concat({conv_cache, ggml_transpose(ctx, xp)}, 0);  // [K-1+T, channels]
     ggml_tensor * tail = ggml_view_2d(ctx, xt, K - 1, channels, xt->nb[1], n_rows * xt->nb[0]);
     ggml_build_forward_expand(gf, ggml_cpy(ctx, tail, conv_cache));
     *xt_out = xt;
@@ -207,9 +216,9 @@ ggml_tensor * BlockBuilder::kda(ggml_tensor * x, const LayerWeights & w, uint32_
     const int64_t d = hp.kda_head_dim, nh = hp.n_head, inner = hp.kda_inner(), K = hp.ssm_conv_kernel;
     // q and k are L2-normalized per head as x / sqrt(sum x^2 + 1e-6) == rms_norm(x, 1e-6/d) / sqrt(d)
     auto l2 = [&](ggml_tensor * t) { return ggml_scale(ctx, ggml_rms_norm(ctx, t, 1e-6f / d), 1.0f / std::sqrt((float) d)); };
-    ggml_tensor * proj = ggml_concat(ctx, ggml_concat(ctx, mm(w.wq, x), mm(w.wk, x), 0), mm(w.wv, x), 0);  // [3*inner, T]
+    ggml_tensor * proj = concat({mm(w.wq, x), mm(w.wk, x), mm(w.wv, x)}, 0);  // [3*inner, T]
     auto taps = [&](ggml_tensor * k) { return ggml_reshape_2d(ctx, k, K, inner); };
-    ggml_tensor * kernel = ggml_concat(ctx, ggml_concat(ctx, taps(w.conv_q), taps(w.conv_k), 1), taps(w.conv_v), 1);
+    ggml_tensor * kernel = concat({taps(w.conv_q), taps(w.conv_k), taps(w.conv_v)}, 1);
     const bool over_cells = group->kda_over_cells();
     // the windows and rows each conv ran over, [K-1+n, channels, P]: one for all parts over cells, else one per part
     std::vector<ggml_tensor *> xts;
@@ -222,7 +231,7 @@ ggml_tensor * BlockBuilder::kda(ggml_tensor * x, const LayerWeights & w, uint32_
             pieces.push_back(conv(rows_view(ctx, proj, 1, part->row0, part->n_rows), kernel, part->cache.layer(il).conv,
                                   part->n_rows, &xts.emplace_back()));
         }
-        convolved = concat_rows(ctx, pieces, 1);
+        convolved = concat(pieces, 1);
     }
     // q | k | v per row; the SiLU once over the group's rows, not per part (one node per KDA layer instead of one per
     // sequence in a step of several: issue 24)
@@ -261,7 +270,7 @@ ggml_tensor * BlockBuilder::kda(ggml_tensor * x, const LayerWeights & w, uint32_
             if (part.keep_snapshots) keep_snapshots({&part}, il, packed, xts[p]);
             outs.push_back(ggml_view_3d(ctx, packed, d, nh, n, d * sizeof(float), d * nh * sizeof(float), 0));
         }
-        o = concat_rows(ctx, outs, 2);
+        o = concat(outs, 2);
     }
 
     ggml_tensor * og = ggml_reshape_3d(ctx, mm(w.ssm_g_b, mm(w.ssm_g_a, x)), d, nh, T);
@@ -281,7 +290,7 @@ ggml_tensor * BlockBuilder::conv_over_cells(ggml_tensor * proj, ggml_tensor * ke
     ggml_tensor * cells = group->cells_input(hp).add_cells(ctx);
     ggml_tensor * windows = ggml_reshape_3d(ctx, ggml_get_rows(ctx, all.conv, cells), K - 1, channels, P);
     ggml_tensor * rows = ggml_permute(ctx, ggml_reshape_3d(ctx, proj, channels, n, P), 1, 0, 2, 3);  // [n, channels, P]
-    ggml_tensor * xt = ggml_concat(ctx, windows, rows, 0);
+    ggml_tensor * xt = concat({windows, rows}, 0);
     ggml_tensor * tail =
         ggml_cont(ctx, ggml_view_3d(ctx, xt, K - 1, channels, P, xt->nb[1], xt->nb[2], n * xt->nb[0]));
     tail = ggml_reshape_2d(ctx, tail, (K - 1) * channels, P);
@@ -316,13 +325,13 @@ ggml_tensor * BlockBuilder::delta_rule_over_cells(ggml_tensor * q, ggml_tensor *
 void BlockBuilder::keep_snapshots(const std::vector<GraphPart *> & parts, uint32_t il, ggml_tensor * packed,
                                   ggml_tensor * xt) const {
     const int64_t K = hp.ssm_conv_kernel, channels = xt->ne[1], P = (int64_t) parts.size(), n = parts[0]->n_rows;
-    ggml_tensor * windows = nullptr;
+    std::vector<ggml_tensor *> per_row;
     for (int64_t r = 0; r < n; ++r) {
         ggml_tensor * w_r =
             ggml_cont(ctx, ggml_view_3d(ctx, xt, K - 1, channels, P, xt->nb[1], xt->nb[2], (r + 1) * xt->nb[0]));
-        w_r = ggml_reshape_4d(ctx, w_r, K - 1, channels, P, 1);
-        windows = windows ? ggml_concat(ctx, windows, w_r, 3) : w_r;
+        per_row.push_back(ggml_reshape_4d(ctx, w_r, K - 1, channels, P, 1));
     }
+    ggml_tensor * windows = concat(per_row, 3);
     ggml_set_output(packed);
     ggml_set_output(windows);
     ggml_build_forward_expand(gf, windows);  // no later node reads it: expanded here
@@ -448,12 +457,11 @@ ggml_tensor * BlockBuilder::attend(ggml_tensor * q_abs, const LayerWeights & w, 
         const int64_t by_bytes = kGatherChunkBytes / (kvr * sel.rows->ne[0] * (int64_t) sizeof(float));
         const int64_t chunk = std::max<int64_t>({1, std::min(by_bytes, kGatherChunkRows),
                                                  (n + kGatherMaxChunks - 1) / kGatherMaxChunks});
-        ggml_tensor * o = nullptr;
+        std::vector<ggml_tensor *> pieces;
         for (int64_t r0 = 0; r0 < n; r0 += chunk) {
-            ggml_tensor * piece = attend_gathered(q_abs, w, latent, sel, r0, std::min(chunk, n - r0));
-            o = o ? ggml_concat(ctx, o, piece, 3) : piece;  // [v, 1, nh, n]
+            pieces.push_back(attend_gathered(q_abs, w, latent, sel, r0, std::min(chunk, n - r0)));
         }
-        return o;
+        return concat(pieces, 3);  // [v, 1, nh, n]
     }
     const int64_t n_kv = part.layout.n_kv;
     if (sel.mask == nullptr && sel.std_ops) {  // made where the layer runs (issue 26: a CPU op cost 6 more splits)
@@ -531,8 +539,8 @@ ggml_tensor * BlockBuilder::dsa(ggml_tensor * x, const LayerWeights & w, uint32_
         (kqv_out ? kqvs : os).push_back(out);
     }
     if (!kqvs.empty() && !os.empty()) throw std::logic_error("a DSA layer's parts attend on different devices");
-    ggml_tensor * o = kqvs.empty() ? concat_rows(ctx, os, 3)  // a dense pass ([v, nh, T]) has one part
-                                   : ggml_mul_mat(ctx, w.wv_b, concat_rows(ctx, kqvs, 3));  // [v, 1, nh, T]
+    ggml_tensor * o = kqvs.empty() ? concat(os, 3)  // a dense pass ([v, nh, T]) has one part
+                                   : ggml_mul_mat(ctx, w.wv_b, concat(kqvs, 3));  // [v, 1, nh, T]
     o = ggml_reshape_2d(ctx, ggml_cont(ctx, o), hp.head_v_mla * nh, T);
     if (group->row_scale && group->row_scale->t) {
         o = ggml_mul(ctx, o, group->row_scale->t);

@@ -109,6 +109,10 @@ public:
     void use_cpu_kernels(bool on) { cpu_kernels = on; }
 
     ggml_tensor * rms(ggml_tensor * x, ggml_tensor * w) const;
+    // The pieces joined along dimension `dim` in order (ggml_concat's result; the one piece itself when there is
+    // one): f32 pieces in a layer built with CPU kernels by concat_f32 (graph/concat_ops.h: one node, rows copied by
+    // every thread), others by ggml_concat, one node per piece but the first.
+    ggml_tensor * concat(const std::vector<ggml_tensor *> & pieces, int dim) const;
 
     // ggml_mul_mat(w, x) for x whose columns are rows (x [K, n_rows, B]; w [K, M] or [K, M, B]), such that a row's
     // result does not depend on the rows it is multiplied with (issue 15, batch-invariant verify; issue 24, rows of

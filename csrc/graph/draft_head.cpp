@@ -39,7 +39,7 @@ void build_draft_graph(DraftGraph & g, ggml_context * ctx, const Model & model, 
         ggml_tensor * tokens = rows_view(ctx, g.inp_tokens->t, 0, group.row0, T);
         ggml_tensor * embd = ggml_get_rows(ctx, w.nextn_embd ? w.nextn_embd : model.tok_embd, tokens);
         ggml_tensor * hidden = rows_view(ctx, g.inp_hidden->t, 1, group.row0, T);
-        ggml_tensor * eh = ggml_concat(ctx, b.rms(embd, w.enorm), b.rms(hidden, w.hnorm), 0);
+        ggml_tensor * eh = b.concat({b.rms(embd, w.enorm), b.rms(hidden, w.hnorm)}, 0);
         ggml_tensor * u = b.mm(w.eh_proj, eh);
 
         // a shared step's reused selection: its rows from the saved pools, with this project's CPU ops on the CPU,

@@ -79,10 +79,4 @@ ggml_tensor * rows_view(ggml_context * ctx, ggml_tensor * t, int dim, int64_t r0
     return ggml_view_4d(ctx, t, ne[0], ne[1], ne[2], ne[3], t->nb[1], t->nb[2], t->nb[3], r0 * t->nb[dim]);
 }
 
-ggml_tensor * concat_rows(ggml_context * ctx, const std::vector<ggml_tensor *> & pieces, int dim) {
-    ggml_tensor * out = pieces.at(0);
-    for (size_t i = 1; i < pieces.size(); ++i) out = ggml_concat(ctx, out, pieces[i], dim);
-    return out;
-}
-
 }  // namespace glm5next

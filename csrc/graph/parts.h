@@ -102,7 +102,4 @@ struct GraphParts {
 // dimension).
 ggml_tensor * rows_view(ggml_context * ctx, ggml_tensor * t, int dim, int64_t r0, int64_t n);
 
-// The pieces joined along dimension `dim` in order (the one piece itself when there is one).
-ggml_tensor * concat_rows(ggml_context * ctx, const std::vector<ggml_tensor *> & pieces, int dim);
-
 }  // namespace glm5next

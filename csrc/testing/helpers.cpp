@@ -13,6 +13,7 @@
 #include "ggml-backend.h"
 #include "ggml-cpp.h"
 #include "ggml-cpu.h"
+#include "graph/concat_ops.h"
 #include "graph/delta_rule_ops.h"
 #include "graph/float_rows_ops.h"
 #include "graph/mhc_ops.h"
@@ -211,6 +212,32 @@ void delta_rule_in_place_f32(const float *q, const float *k, const float *v, con
                                                                   {ts, states}};
     if (tc) inputs.emplace_back(tc, cells);
     compute_on_cpu(y, inputs, out, ctx.get(), 2, 1, {{ts, states}});
+}
+
+void concat_pieces_f32(const std::vector<const float *> & pieces, const std::vector<std::array<int64_t, 4>> & ne,
+                       const std::vector<bool> & transposed, int dim, float * out, bool ggml_kernel, int n_threads) {
+    if (pieces.empty() || ne.size() != pieces.size() || transposed.size() != pieces.size()) {
+        throw std::invalid_argument("concat_pieces_f32: one ne and one transposed flag per piece, one piece at least");
+    }
+    ggml_context_ptr ctx = metadata_context(4 * (int) pieces.size() + 8);
+    std::vector<ggml_tensor *> views;
+    std::vector<std::pair<ggml_tensor *, const void *>> inputs;
+    for (size_t p = 0; p < pieces.size(); ++p) {
+        const auto & n = ne[p];
+        ggml_tensor * t = transposed[p] ? ggml_new_tensor_4d(ctx.get(), GGML_TYPE_F32, n[1], n[0], n[2], n[3])
+                                        : ggml_new_tensor_4d(ctx.get(), GGML_TYPE_F32, n[0], n[1], n[2], n[3]);
+        ggml_set_input(t);
+        inputs.emplace_back(t, pieces[p]);
+        views.push_back(transposed[p] ? ggml_transpose(ctx.get(), t) : t);
+    }
+    ggml_tensor * y = views[0];
+    if (!ggml_kernel) {
+        y = concat_f32(ctx.get(), views, dim);
+    } else {
+        for (size_t p = 1; p < views.size(); ++p) y = ggml_concat(ctx.get(), y, views[p], dim);
+    }
+    if (y == views[0]) y = ggml_cont(ctx.get(), y);  // one piece: the graph needs a node
+    compute_on_cpu(y, inputs, out, ctx.get(), n_threads);
 }
 
 }  // namespace glm5next

@@ -4,8 +4,10 @@
 
 #include "ggml.h"
 
+#include <array>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace glm5next {
 
@@ -44,6 +46,14 @@ double delta_rule_f32(const float *q, const float *k, const float *v, const floa
 void delta_rule_in_place_f32(const float *q, const float *k, const float *v, const float *g, const float *beta,
                              float *states, int64_t n_rows, const int32_t *cells, float *out, int64_t S, int64_t H,
                              int64_t T, int64_t B, int64_t K);
+
+// The pieces joined along ggml dimension `dim` (0..3) by concat_f32 (graph/concat_ops.h), or by ggml_concat's chain
+// (ggml_kernel), on n_threads: piece p's data at pieces[p], ggml sizes ne[p] (ne0 first; row-major arrays reversed);
+// a piece with transposed[p] is stored with its ne0 and ne1 swapped and joined through ggml_transpose (rows that
+// are not contiguous). out: the result's values, contiguous. Throws what concat_f32 throws, std::runtime_error
+// when ggml fails.
+void concat_pieces_f32(const std::vector<const float *> & pieces, const std::vector<std::array<int64_t, 4>> & ne,
+                       const std::vector<bool> & transposed, int dim, float * out, bool ggml_kernel, int n_threads);
 
 // Two graphs of one slot (runtime/graph_slot.h, one CPU backend), run in turn on x [n]: first
 // a = 2 * ((2x * 3) * 5) (each tensor used once: ggml's allocator may compute each step in the place of the one

@@ -5,6 +5,7 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <array>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -274,6 +275,49 @@ Returns:
 
 Raises:
     ValueError: shapes that do not fit, or this project's op not available here. RuntimeError: ggml failed.
+)doc");
+
+    mod.def("concat",
+            [](const std::vector<f32_array> &pieces, int dim, std::optional<std::vector<bool>> transposed,
+               bool ggml_kernel, int n_threads) {
+                if (dim < 0 || dim > 3) throw std::invalid_argument("concat: dim must be 0..3 (ggml's order)");
+                std::vector<const float *> data;
+                std::vector<std::array<int64_t, 4>> ne;
+                std::vector<bool> tr = transposed.value_or(std::vector<bool>(pieces.size(), false));
+                if (tr.size() != pieces.size()) throw std::invalid_argument("concat: one transposed flag per piece");
+                std::array<int64_t, 4> out_ne{};
+                for (size_t p = 0; p < pieces.size(); ++p) {
+                    const f32_array &a = pieces[p];
+                    if (a.ndim() != 4) throw std::invalid_argument("concat: pieces must be 4-D (ne3, ne2, ne1, ne0)");
+                    std::array<int64_t, 4> n = {a.shape(3), a.shape(2), a.shape(1), a.shape(0)};
+                    if (tr[p]) std::swap(n[0], n[1]);  // stored (ne3, ne2, ne0, ne1): the piece is its transpose
+                    ne.push_back(n);
+                    data.push_back(a.data());
+                    for (int d = 0; d < 4; ++d) out_ne[d] = p == 0 || d != dim ? n[d] : out_ne[d] + n[d];
+                }
+                if (pieces.empty()) throw std::invalid_argument("concat: no pieces");
+                py::array_t<float> out({out_ne[3], out_ne[2], out_ne[1], out_ne[0]});
+                {
+                    py::gil_scoped_release release;
+                    glm5next::concat_pieces_f32(data, ne, tr, dim, out.mutable_data(), ggml_kernel, n_threads);
+                }
+                return out;
+            },
+            py::arg("pieces"), py::arg("dim"), py::arg("transposed") = py::none(), py::arg("ggml_kernel") = false,
+            py::arg("n_threads") = 2,
+            R"doc(Pieces joined along ggml dimension `dim` by this project's op (csrc/graph/concat_ops.h, concat_f32) or
+by ggml_concat's chain (ggml_kernel), on the CPU, for tests.
+
+Args:
+    pieces: float32 arrays (ne3, ne2, ne1, ne0), equal but in dimension `dim` (ggml's order: 0 is the last axis);
+    transposed[p]: piece p is given stored as (ne3, ne2, ne0, ne1) and joined through ggml_transpose (rows that are
+    not contiguous). n_threads: the CPU backend's threads.
+
+Returns:
+    float32 (ne3, ne2, ne1, ne0) of the result.
+
+Raises:
+    ValueError: pieces that do not fit (the op's message). RuntimeError: ggml failed.
 )doc");
 
     mod.def("delta_rule_in_place",
