@@ -463,18 +463,21 @@ ggml_tensor * BlockBuilder::attend(ggml_tensor * q_abs, const LayerWeights & w, 
         }
         return concat(pieces, 3);  // [v, 1, nh, n]
     }
+    // the rows' keys, n_past + n_rows, padded to a multiple of kDenseKeysPad by the cache rows after them, which the
+    // mask hides
     const int64_t n_kv = part.layout.n_kv;
+    const int64_t n_keys = std::min((n_kv + kDenseKeysPad - 1) / kDenseKeysPad * kDenseKeysPad, c.latent->ne[1]);
     if (sel.mask == nullptr && sel.std_ops) {  // made where the layer runs (issue 26: a CPU op cost 6 more splits)
         if (sel.at->select_tail && part.tail_keys == nullptr) {
-            part.tail_keys = kpool_tail_keys_std(ctx, part.kpool_rows->n_cand, hp.idx_kpool, n_kv);
+            part.tail_keys = kpool_tail_keys_std(ctx, part.kpool_rows->n_cand, hp.idx_kpool, n_kv, n_keys);
         }
         sel.mask = kpool_mask_std(ctx, sel.pools, part.kpool_rows->n_cand, part.tail_keys, hp.idx_kpool,
-                                  part.layout.n_pool, n_kv);
+                                  part.layout.n_pool, n_keys);
     } else if (sel.mask == nullptr) {
-        sel.mask = kpool_mask(ctx, sel.pools, n_kv, sel.at);
+        sel.mask = kpool_mask(ctx, sel.pools, n_keys, sel.at);
     }
-    ggml_tensor * latent = widened(ggml_view_2d(ctx, c.latent, kvr, n_kv, c.latent->nb[1], 0));
-    ggml_tensor * kq = ggml_mul_mat(ctx, latent, q_abs);                                 // [n_kv, n, nh]
+    ggml_tensor * latent = widened(ggml_view_2d(ctx, c.latent, kvr, n_keys, c.latent->nb[1], 0));
+    ggml_tensor * kq = ggml_mul_mat(ctx, latent, q_abs);                                 // [n_keys, n, nh]
     kq = ggml_soft_max_ext(ctx, kq, sel.mask, 1.0f / std::sqrt((float) nope), 0.0f);
     ggml_tensor * kqv = ggml_mul_mat(ctx, ggml_cont(ctx, ggml_transpose(ctx, latent)), kq);  // [kvr, n, nh]
     return ggml_permute(ctx, ggml_mul_mat(ctx, w.wv_b, kqv), 0, 2, 1, 3);                   // [v, nh, n]

@@ -53,6 +53,16 @@ constexpr int64_t kGatherChunkBytes = 64ll << 20;
 constexpr int64_t kGatherMaxChunks = 16;
 constexpr int64_t kGatherChunkRows = 64;
 
+// A dense pass attends over its n_kv keys padded to a multiple of this many by the cache rows after them, which its
+// mask hides (kpool_mask, kpool_mask_std: masked but at the selected rows, all before n_kv; the probabilities there
+// are exact zeros, and the cache holds finite values there, zeros from its allocation or rows written before).
+// Why: the probabilities times the keys share the key dimension, and llamafile's tinyBLAS multiplies f32 only where
+// that is a multiple of its vector width (8 floats with AVX2, 16 with AVX-512: sgemm.cpp, tinyBLAS::matmul);
+// otherwise ggml's CPU vec_dot multiplies value by value, about half as fast (bench preset q8_0, AVX2, a 214-row
+// prompt chunk: the op profile's f32 products 72 -> 43 ms of ~750). On every device alike, so that a layer placed on
+// another device (a CPU over RPC) multiplies as the CPU does (llama.cpp pads its KV cache view to 256 rows).
+constexpr int64_t kDenseKeysPad = 16;
+
 // Ubatches of up to this many rows multiply row by row (BlockBuilder::mm: batch-invariant verify passes).
 constexpr int64_t kInvariantMaxRows = kGatherMaxRows;
 

@@ -53,9 +53,10 @@ void kpool_rows_std(ggml_context * ctx, ggml_tensor * pools, const InputKpoolRow
     *rows_mask = ggml_reshape_4d(ctx, mask, mask->ne[0], 1, 1, n_tokens);
 }
 
-ggml_tensor * kpool_tail_keys_std(ggml_context * ctx, ggml_tensor * n_cand, int64_t kpool, int64_t n_kv) {
+ggml_tensor * kpool_tail_keys_std(ggml_context * ctx, ggml_tensor * n_cand, int64_t kpool, int64_t n_kv,
+                                  int64_t n_keys) {
     const int64_t n_tokens = n_cand->ne[1];
-    ggml_tensor * key = indices_per_row(ctx, n_kv, n_tokens);
+    ggml_tensor * key = indices_per_row(ctx, n_keys, n_tokens);
     // row t's tail: the keys from its first incomplete pool's first row, n_cand*kpool, to its own position
     ggml_tensor * first = ggml_scale(ctx, n_cand, (float) kpool);
     ggml_tensor * pos = ggml_reshape_2d(ctx, ggml_arange(ctx, (float) (n_kv - n_tokens), (float) n_kv, 1.0f), 1, n_tokens);
@@ -65,9 +66,9 @@ ggml_tensor * kpool_tail_keys_std(ggml_context * ctx, ggml_tensor * n_cand, int6
 }
 
 ggml_tensor * kpool_mask_std(ggml_context * ctx, ggml_tensor * pools, ggml_tensor * n_cand, ggml_tensor * tail,
-                             int64_t kpool, int64_t n_pool, int64_t n_kv) {
+                             int64_t kpool, int64_t n_pool, int64_t n_keys) {
     const int64_t n_top = pools->ne[0], n_tokens = pools->ne[1];
-    const int64_t width = std::max({n_pool, n_top, (n_kv + kpool - 1) / kpool});  // every pool index and key's pool
+    const int64_t width = std::max({n_pool, n_top, (n_keys + kpool - 1) / kpool});  // every pool index and key's pool
     // 1 for the candidate pools of each row, 0 else: [width, n_tokens]
     ggml_tensor * candidate = ggml_scale_bias(ctx, beyond_candidates(ctx, indices_per_row(ctx, width, n_tokens), n_cand),
                                               -1.0f, 1.0f);
@@ -76,9 +77,9 @@ ggml_tensor * kpool_mask_std(ggml_context * ctx, ggml_tensor * pools, ggml_tenso
     ggml_tensor * ones = ggml_scale_bias(ctx, ggml_cast(ctx, pools, GGML_TYPE_F32), 0.0f, 1.0f);
     ggml_tensor * chosen = ggml_set_rows(ctx, none, ggml_reshape_3d(ctx, ones, 1, n_top, n_tokens), pools);
     chosen = ggml_mul(ctx, ggml_reshape_2d(ctx, chosen, width, n_tokens), candidate);
-    // every key of a chosen pool (pool m holds keys m*kpool .. m*kpool+kpool-1): [n_kv, n_tokens]
+    // every key of a chosen pool (pool m holds keys m*kpool .. m*kpool+kpool-1): [n_keys, n_tokens]
     ggml_tensor * keys = ggml_repeat_4d(ctx, ggml_reshape_3d(ctx, chosen, 1, width, n_tokens), kpool, width, n_tokens, 1);
-    keys = ggml_view_2d(ctx, ggml_reshape_2d(ctx, keys, kpool * width, n_tokens), n_kv, n_tokens,
+    keys = ggml_view_2d(ctx, ggml_reshape_2d(ctx, keys, kpool * width, n_tokens), n_keys, n_tokens,
                         kpool * width * sizeof(float), 0);
     ggml_tensor * attended = tail ? ggml_add(ctx, tail, keys) : ggml_cont(ctx, keys);  // disjoint: tail keys >= n_cand*kpool
     return ggml_scale_bias(ctx, attended, -kSelectMasked, kSelectMasked);  // 1 -> 0 exactly, 0 -> kSelectMasked

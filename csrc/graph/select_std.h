@@ -28,16 +28,17 @@ void kpool_rows_std(ggml_context * ctx, ggml_tensor * pools, const InputKpoolRow
                     ggml_tensor ** rows, ggml_tensor ** rows_mask);
 
 // The keys of each row's tail (the incomplete pool ending at the row, docs/model.md, Indexer) in a dense pass over
-// all n_kv keys, whose rows are the last n_tokens of them: f32 [n_kv, n_tokens], 1 there, else 0. n_cand as
-// kpool_top_k_std takes it. One per graph part: every DSA layer's mask adds it.
-ggml_tensor * kpool_tail_keys_std(ggml_context * ctx, ggml_tensor * n_cand, int64_t kpool, int64_t n_kv);
+// n_keys >= n_kv keys (padded: kDenseKeysPad), whose rows are the last n_tokens of the first n_kv: f32 [n_keys,
+// n_tokens], 1 there, else 0. n_cand as kpool_top_k_std takes it. One per graph part: every DSA layer's mask adds it.
+ggml_tensor * kpool_tail_keys_std(ggml_context * ctx, ggml_tensor * n_cand, int64_t kpool, int64_t n_kv,
+                                  int64_t n_keys);
 
-// The additive mask of a dense pass over all n_kv keys (rows the last n_tokens of them), as kpool_mask gives it:
-// f32 [n_kv, n_tokens], 0 at the rows of each row's chosen candidate pools and at its tail keys (tail: from
+// The additive mask of a dense pass over n_keys keys (padded ones included), as kpool_mask gives it: f32 [n_keys,
+// n_tokens], 0 at the rows of each row's chosen candidate pools and at its tail keys (tail: from
 // kpool_tail_keys_std, nullptr without kpool_select_tail), else kSelectMasked. pools: i32 [n_top_pool, n_tokens],
 // every entry below max(n_pool, n_top_pool) (kpool_top_k_std's over n_pool scores); those that are no candidate of
 // their row are masked. A row with no key at all keeps a finite softmax (its output is zeroed: row_has_keys).
 ggml_tensor * kpool_mask_std(ggml_context * ctx, ggml_tensor * pools, ggml_tensor * n_cand, ggml_tensor * tail,
-                             int64_t kpool, int64_t n_pool, int64_t n_kv);
+                             int64_t kpool, int64_t n_pool, int64_t n_keys);
 
 }  // namespace glm5next
