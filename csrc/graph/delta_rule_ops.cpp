@@ -145,8 +145,9 @@ void delta_rule_in_place_op(ggml_tensor * dst, int ith, int nth, void * userdata
     run(o, ith, nth);
 }
 
-// The op against ggml's gated_delta_net on random inputs (2 heads, 2 sequences, 5 tokens, 3 snapshot slots, at
-// S_v = 64 and 128: blocks of 64 and 32 rows), bit for bit, on ggml's CPU backend with 2 threads.
+// The op, copying and in place (the states in cells 2 and 0 of a cache of three), against ggml's gated_delta_net on
+// random inputs (2 heads, 2 sequences, 5 tokens, 3 snapshot slots, at S_v = 64 and 128: blocks of 64 and 32 rows),
+// bit for bit, on ggml's CPU backend with 2 threads.
 bool matches_ggml() {
     ggml_cpu_init();
     for (const int64_t S : {64, 128}) {
@@ -167,11 +168,35 @@ bool matches_ggml() {
         ggml_tensor * args[] = {q, k, v, g, beta, state};
         ggml_tensor * ours = ggml_custom_4d(ctx, GGML_TYPE_F32, theirs->ne[0], theirs->ne[1], 1, 1, args, 6,
                                             delta_rule_op, GGML_N_TASKS_MAX, (void *) (intptr_t) K);
+        // in place: sequence 0's state in cell 2 of three, sequence 1's in cell 0 (cell 1 not touched)
+        const size_t state_bytes = S * S * H * sizeof(float);
+        ggml_tensor * cache = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, S * S * H, 3);
+        ggml_tensor * cells = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, B);
+        const int32_t cell_of[2] = {2, 0};
+        std::memcpy(cells->data, cell_of, sizeof(cell_of));
+        for (int64_t s = 0; s < B; ++s) {
+            std::memcpy((char *) cache->data + cell_of[s] * state_bytes, (const char *) state->data + s * state_bytes,
+                        state_bytes);
+        }
+        ggml_tensor * args_in_place[] = {q, k, v, g, beta, cache, cells};
+        ggml_tensor * in_place = ggml_custom_4d(ctx, GGML_TYPE_F32, theirs->ne[0], theirs->ne[1], 1, 1, args_in_place,
+                                                7, delta_rule_in_place_op, GGML_N_TASKS_MAX, (void *) (intptr_t) K);
         ggml_cgraph * gf = ggml_new_graph(ctx);
         ggml_build_forward_expand(gf, theirs);
         ggml_build_forward_expand(gf, ours);
-        const bool ok = ggml_graph_compute_with_ctx(ctx, gf, 2) == GGML_STATUS_SUCCESS &&
-                        std::memcmp(theirs->data, ours->data, ggml_nbytes(ours)) == 0;
+        ggml_build_forward_expand(gf, in_place);
+        bool ok = ggml_graph_compute_with_ctx(ctx, gf, 2) == GGML_STATUS_SUCCESS &&
+                  std::memcmp(theirs->data, ours->data, ggml_nbytes(ours)) == 0;
+        // the in-place op: the outputs and slots 1..K-1 where the copying op has them, slot 0 (the final states) in
+        // the cells, which it leaves unwritten in its result
+        const size_t outputs = S * H * T * B * sizeof(float), slot0 = B * state_bytes;
+        const char *want = (const char *) theirs->data, *got = (const char *) in_place->data;
+        ok = ok && std::memcmp(want, got, outputs) == 0 &&
+             std::memcmp(want + outputs + slot0, got + outputs + slot0, ggml_nbytes(theirs) - outputs - slot0) == 0;
+        for (int64_t s = 0; ok && s < B; ++s) {
+            ok = std::memcmp(want + outputs + s * state_bytes, (const char *) cache->data + cell_of[s] * state_bytes,
+                             state_bytes) == 0;
+        }
         ggml_free(ctx);
         if (!ok) return false;
     }

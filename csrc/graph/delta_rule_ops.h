@@ -10,8 +10,9 @@ namespace glm5next {
 
 // Whether delta_rule runs on this machine: the build has the x86 kernels (graph/cpu_arch.h), the CPU has AVX2 and
 // FMA, and the op gave the very bits of ggml's own gated_delta_net (the CPU backend loaded in this process) on a
-// check of random inputs, snapshots included, made once. Where it is false, callers use ggml_gated_delta_net. So not
-// on an AVX-512 CPU, whose ggml (built for it) sums its f32 dots in 16 lanes: an order this op does not copy yet.
+// check of random inputs, snapshots included, copying and in place (delta_rule_in_place), made once. Where it is
+// false, callers use ggml_gated_delta_net. So not on an AVX-512 CPU, whose ggml (built for it) sums its f32 dots in
+// 16 lanes: an order this op does not copy yet.
 bool delta_rule_kernel_available();
 
 // Whether delta_rule takes a head size of `head_size` values: a multiple of 32 (ggml's vec_dot_f32 on AVX2 adds the
