@@ -22,7 +22,7 @@ GraphLayout graph_layout(const HParams & hp, int64_t n_ctx, int64_t n_past, int6
     const int64_t n_kv = n_past + n_rows, kpool = hp.idx_kpool;
     l.n_kv = n_rows <= kGatherMaxRows || n_kv > max_dense_keys(hp) ? 0 : n_kv;
     const int64_t complete = std::max<int64_t>(1, n_kv / kpool);  // pool 0 unwritten when none: never a candidate
-    l.n_pool = std::min<int64_t>((complete + kPoolBucket - 1) / kPoolBucket * kPoolBucket, hp.n_pooled((uint32_t) n_ctx));
+    l.n_pool = std::min<int64_t>(GGML_PAD(complete, kPoolBucket), hp.n_pooled((uint32_t) n_ctx));
     return l;
 }
 
@@ -466,7 +466,7 @@ ggml_tensor * BlockBuilder::attend(ggml_tensor * q_abs, const LayerWeights & w, 
     // the rows' keys, n_past + n_rows, padded to a multiple of kDenseKeysPad by the cache rows after them, which the
     // mask hides
     const int64_t n_kv = part.layout.n_kv;
-    const int64_t n_keys = std::min((n_kv + kDenseKeysPad - 1) / kDenseKeysPad * kDenseKeysPad, c.latent->ne[1]);
+    const int64_t n_keys = std::min<int64_t>(GGML_PAD(n_kv, kDenseKeysPad), c.latent->ne[1]);
     if (sel.mask == nullptr && sel.std_ops) {  // made where the layer runs (issue 26: a CPU op cost 6 more splits)
         if (sel.at->select_tail && part.tail_keys == nullptr) {
             part.tail_keys = kpool_tail_keys_std(ctx, part.kpool_rows->n_cand, hp.idx_kpool, n_kv, n_keys);

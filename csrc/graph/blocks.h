@@ -62,6 +62,7 @@ constexpr int64_t kGatherChunkRows = 64;
 // prompt chunk: the op profile's f32 products 72 -> 43 ms of ~750). On every device alike, so that a layer placed on
 // another device (a CPU over RPC) multiplies as the CPU does (llama.cpp pads its KV cache view to 256 rows).
 constexpr int64_t kDenseKeysPad = 16;
+static_assert((kDenseKeysPad & (kDenseKeysPad - 1)) == 0, "GGML_PAD pads to powers of two");
 
 // Ubatches of up to this many rows multiply row by row (BlockBuilder::mm: batch-invariant verify passes).
 constexpr int64_t kInvariantMaxRows = kGatherMaxRows;
@@ -86,6 +87,7 @@ inline size_t graph_size(const HParams & hp, size_t n_parts = 1) {
 // costs idx_n_head * idx_head_dim multiply-adds (1024 on the bench preset): 63 extra pools cost ~0.1% of a decode
 // step there.
 constexpr int64_t kPoolBucket = 64;
+static_assert((kPoolBucket & (kPoolBucket - 1)) == 0, "GGML_PAD pads to powers of two");
 
 // The layout of n_rows rows at positions n_past.. of a cache of n_ctx rows: dense attention for more than
 // kGatherMaxRows rows while n_past + n_rows <= max_dense_keys, else gathering; the pools scored capped at the
