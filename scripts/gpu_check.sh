@@ -3,20 +3,27 @@
 # bench preset (q8_0) fully offloaded (-ngl 99) and with the routed experts on the CPU (-ngl 99 --cpu-moe):
 #   1. glm5next-bench: pp512 and tg32 with and without draft-MTP (3 drafts at a synthetic acceptance of 2.5), and the
 #      graph splits, bytes and copy time crossing devices per decode token, verify pass, prefill ubatch and draft step;
-#   2. a draft-MTP round on the placed model: the splits of its draft step and verify pass, the bytes the scheduler
-#      copied between devices, its time against a decode step's, and greedy draft-MTP against plain decoding.
+#   2. a draft-MTP round on each placed model (the bench preset, the bundled one): the splits of its draft step and verify pass, the bytes the scheduler
+#      copied between devices, its time against a decode step's, and greedy draft-MTP against plain decoding;
+#   3. llama-batched-bench's table (issue 24), the bench preset and the bundled model (models/glm5next-small, whose
+#      draft head is trained: its draft-MTP rows accept drafts) fully offloaded: glm5next-bench -npl 1,2,4,8 plain
+#      and with 3 drafts on text prompts (README.md, docs/), then llama.cpp's on the same files: the
+#      llama-batched-bench binary named by LLAMA_BATCHED_BENCH (built from the llama.cpp that llama-cpp-python 0.3.36
+#      vendors, for the same GPU), else llama-cpp-python in-process (glm5next-bench --llama-cpp, ours again beside it).
 # What a user should see on a GPU (the issue's bounds): a decode token, a draft step and a verify pass in 2 splits
 # or fewer with -ngl 99, KiB (not MiB) copied per round, draft-MTP faster than plain decoding at acceptance 2.5, and
 # greedy draft-MTP equal to plain decoding, or parting only at a near-tie (a device's multi-row products need not be
 # bit-identical to its one-row ones; the bench preset's random q8_0 model meets near-ties often). With --cpu-moe the
 # routed experts add their CPU splits.
 #
-# Usage: scripts/gpu_check.sh [--rpc HOST:PORT|local] [-t THREADS]
+# Usage: scripts/gpu_check.sh [--rpc HOST:PORT|local] [-t THREADS]   (Python 3.11+; transformers not needed)
 #   --rpc: a dry run with a ggml RPC server as the device (no GPU needed); "local" starts glm5next-rpc-server on
 #          loopback for the run. Without it the GPU ggml was built for is the device: when nvidia-smi answers and
 #          ggml lists no CUDA device, the venv's llama-cpp-python is rebuilt with CUDA first (scripts/setup.sh with
 #          CMAKE_ARGS=-DGGML_CUDA=ON; 5-15 minutes, once).
-# Environment: VENV (default .venv), GPU_CHECK_DIR (the model's folder, default /tmp/glm5next-gpu-check).
+# Environment: VENV (default .venv), GPU_CHECK_DIR (the models' folder, default /tmp/glm5next-gpu-check),
+#   LLAMA_BATCHED_BENCH (llama.cpp's llama-batched-bench for step 3; optional), GPU_CHECK_STEPS (which of the steps
+#   above to run, e.g. 3 or 1,2; default 1,2,3).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -54,25 +61,38 @@ elif [ "$RPC" = local ]; then
 fi
 
 mkdir -p "$DIR"
-MODEL="$DIR/bench-q8_0.gguf"
+# --arch glm5-next: the spelling llama.cpp loads (glm5next loads both), so that step 3 runs both engines on one file.
+# No vision tower in the checkpoint: its weights come from transformers' glm5_next classes, which a GPU image's
+# transformers may lack; the GGUF holds the text model alone either way.
+MODEL="$DIR/bench-glm5-next-q8_0.gguf"
 if [ ! -f "$MODEL" ]; then
     echo "== writing the bench preset and converting it to q8_0 ($MODEL)"
-    "$PY" scripts/make_checkpoint.py "$DIR/ckpt" --preset bench >/dev/null
-    "$VENV/bin/glm5next-convert" "$DIR/ckpt" --outfile "$MODEL.tmp" --outtype q8_0 >/dev/null
+    "$PY" scripts/make_checkpoint.py "$DIR/ckpt" --preset bench --set vision=false >/dev/null
+    "$VENV/bin/glm5next-convert" "$DIR/ckpt" --outfile "$MODEL.tmp" --outtype q8_0 --arch glm5-next >/dev/null
     mv "$MODEL.tmp" "$MODEL"
+fi
+BUNDLED="$DIR/small-glm5-next-q8_0.gguf"
+if [ ! -f "$BUNDLED" ]; then
+    "$VENV/bin/glm5next-convert" models/glm5next-small --outfile "$BUNDLED.tmp" --outtype q8_0 --arch glm5-next >/dev/null
+    mv "$BUNDLED.tmp" "$BUNDLED"
 fi
 
 rpc_args=()
 [ -n "$RPC" ] && rpc_args=(--rpc "$RPC")
-for placement in "-ngl 99" "-ngl 99 --cpu-moe"; do
-    echo "== glm5next-bench $placement"
-    # shellcheck disable=SC2086
-    "$VENV/bin/glm5next-bench" -m "$MODEL" -t "$THREADS" $placement ${rpc_args[@]+"${rpc_args[@]}"} -p 512 -n 32 -r 2 \
-        --spec-n-max 3 --spec-accept 2.5
-done
+step() { case ",${GPU_CHECK_STEPS:-1,2,3}," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
+if step 1; then
+    for placement in "-ngl 99" "-ngl 99 --cpu-moe"; do
+        echo "== glm5next-bench $placement"
+        # shellcheck disable=SC2086
+        "$VENV/bin/glm5next-bench" -m "$MODEL" -t "$THREADS" $placement ${rpc_args[@]+"${rpc_args[@]}"} -p 512 -n 32 -r 2 \
+            --spec-n-max 3 --spec-accept 2.5
+    done
+fi
 
-echo "== a draft-MTP round, placed"
-GPU_CHECK_RPC="$RPC" "$PY" - "$MODEL" "$THREADS" <<'PYTHON'
+if step 2; then
+for model in "$MODEL" "$BUNDLED"; do
+echo "== a draft-MTP round, placed: $(basename "$model")"
+GPU_CHECK_RPC="$RPC" "$PY" - "$model" "$THREADS" <<'PYTHON'
 import os
 import statistics
 import sys
@@ -133,3 +153,23 @@ for placement in (dict(n_gpu_layers=99), dict(n_gpu_layers=99, cpu_moe=True)):
           f"a round of 3 drafts {statistics.median(round_ms):.2f} ms against a decode step "
           f"{statistics.median(decode_ms):.2f} ms; greedy draft-MTP equals plain decoding: {same(m, plain, spec)}")
 PYTHON
+done
+fi
+
+if step 3; then
+    texts=(README.md docs/*.md)
+    for model in "$BUNDLED" "$MODEL"; do
+        echo "== the batched table, $(basename "$model"), -ngl 99: glm5next (plain, 3 drafts)"
+        "$VENV/bin/glm5next-bench" -m "$model" -t "$THREADS" -ngl 99 ${rpc_args[@]+"${rpc_args[@]}"} -npl 1,2,4,8 \
+            -npp 128 -ntg 128 -r 3 --spec-n-max 3 --spec-prompts "${texts[@]}" || echo "glm5next-bench -npl failed (exit $?)"
+        if [ -n "${LLAMA_BATCHED_BENCH:-}" ]; then
+            echo "== the batched table, $(basename "$model"), -ngl 99: $LLAMA_BATCHED_BENCH (-c: 512 per sequence)"
+            "$LLAMA_BATCHED_BENCH" -m "$model" -t "$THREADS" -ngl 99 -c 4096 -b 512 -ub 512 -npp 128 -ntg 128 \
+                -npl 1,2,4,8 2>&1 | grep -E '^\||error|failed' || echo "llama-batched-bench failed (exit ${PIPESTATUS[0]})"
+        elif [ -z "$RPC" ]; then
+            echo "== the batched table, $(basename "$model"), -ngl 99: llama-cpp-python in-process, beside glm5next"
+            "$VENV/bin/glm5next-bench" -m "$model" -t "$THREADS" -ngl 99 -npl 1,2,4,8 -npp 128 -ntg 128 -r 3 --llama-cpp \
+                || echo "glm5next-bench --llama-cpp failed (exit $?)"
+        fi
+    done
+fi

@@ -10,6 +10,7 @@ acceptance; give --spec-prompts FILE... for text (each sequence a distinct openi
 """
 from __future__ import annotations
 
+import re
 import statistics
 import time
 from collections.abc import Sequence
@@ -19,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from .. import _core
+from .runners import GGML_TYPE_IDS
 
 
 class OursBatched:
@@ -26,9 +28,11 @@ class OursBatched:
 
     key = "glm5next"
 
-    def __init__(self, path: Path, n_ctx: int, threads: int, n_batch: int, n_seq: int):
+    def __init__(self, path: Path, n_ctx: int, threads: int, n_batch: int, n_seq: int, placement: dict[str, Any]):
+        """placement: Model's rpc / n_gpu_layers / cpu_moe / cache_type_k / warmup keywords."""
         from ..model import Model
-        self.models = [Model(path, n_ctx=n_ctx, n_threads=threads, n_batch=n_batch, n_seq_max=n_seq)]
+        self.models = [Model(path, n_ctx=n_ctx, n_threads=threads, n_batch=n_batch, n_seq_max=n_seq, **placement)]
+        self.backend = ",".join(sorted(set(self.models[0].placement().values())))
         self.models += [self.models[0].another_sequence() for _ in range(n_seq - 1)]
         self._policies: dict[int, _core.DraftLengthPolicy] = {}  # the batch's, by n_max: learned over the runs
 
@@ -73,7 +77,11 @@ class LlamaCppBatched:
 
     key = "llama.cpp"
 
-    def __init__(self, path: Path, n_ctx: int, threads: int, n_batch: int, n_seq: int):
+    def __init__(self, path: Path, n_ctx: int, threads: int, n_batch: int, n_seq: int, n_gpu_layers: int = 0,
+                 cache_type_k: str = "f16"):
+        """n_gpu_layers: llama.cpp's (layers on the GPU llama-cpp-python was built for; none in a CPU-only build);
+        cache_type_k: the K and V caches' type, a name of cache_sizes.CACHE_TYPES (flash attention on for the
+        quantized ones, as llama.cpp needs). Raises RuntimeError when llama.cpp cannot load the file."""
         import llama_cpp as L
 
         from ..stderr_capture import captured_stderr
@@ -84,12 +92,21 @@ class LlamaCppBatched:
         cparams.n_batch = cparams.n_ubatch = n_batch
         cparams.n_seq_max = n_seq
         cparams.n_threads = cparams.n_threads_batch = threads
+        cparams.type_k = cparams.type_v = GGML_TYPE_IDS[cache_type_k]
+        if cache_type_k.startswith("q"):
+            cparams.flash_attn_type = L.LLAMA_FLASH_ATTN_TYPE_ENABLED
+        mparams = L.llama_model_default_params()
+        mparams.n_gpu_layers = n_gpu_layers
         with captured_stderr() as log:  # llama.cpp logs to fd 2 whatever its verbosity
-            self.model = L.llama_model_load_from_file(str(path).encode(), L.llama_model_default_params())
+            self.model = L.llama_model_load_from_file(str(path).encode(), mparams)
             self.ctx = L.llama_init_from_model(self.model, cparams) if self.model else None
-            if not self.ctx:
-                raise RuntimeError(f"llama-cpp-python cannot load {path} (upstream loads files converted with --arch "
-                                   f"glm5-next):\n{log().strip()}")
+            text = log()
+        if not self.ctx:
+            raise RuntimeError(f"llama-cpp-python cannot load {path} (upstream loads files converted with --arch "
+                               f"glm5-next):\n{text.strip()}")
+        # where its layers went, as its load log says ("layer 3 assigned to device CUDA0, ..."): -ngl alone does not
+        # tell (a build with no GPU keeps every layer on the CPU and still logs "offloaded 6/6 layers to GPU")
+        self.backend = ",".join(sorted(set(re.findall(r"assigned to device ([^\s,]+)", text)))) or "CPU"
         self.n_batch = n_batch
         self.n_vocab = L.llama_vocab_n_tokens(L.llama_model_get_vocab(self.model))
         self.batch = L.llama_batch_init(max(n_batch, n_seq), 0, n_seq)
@@ -141,13 +158,17 @@ def prompts_of(ours: OursBatched, n: int, n_prompt: int, seed: int, texts: list[
 
 
 def run_batched(path: Path, npl: list[int], n_prompt: int, n_gen: int, threads: int, n_batch: int, repetitions: int,
-                spec: list[Any], llama_cpp: bool, seed: int, texts: list[str]) -> list[dict[str, Any]]:
+                spec: list[Any], llama_cpp: bool, seed: int, texts: list[str],
+                placement: dict[str, Any]) -> list[dict[str, Any]]:
     """The table's rows: per B in npl, per engine (and draft-MTP length: bench.SpecLength entries), the median S_PP
-    and S_TG of `repetitions` runs after a warm-up run."""
+    and S_TG of `repetitions` runs after a warm-up run, and where each engine ran (backend). placement: glm5next's
+    Model keywords (rpc, n_gpu_layers, cpu_moe, cache_type_k, warmup); llama.cpp takes n_gpu_layers and
+    cache_type_k from it."""
     n_ctx = n_prompt + n_gen + 16
-    engines: list[Any] = [OursBatched(path, n_ctx, threads, n_batch, max(npl))]
+    engines: list[Any] = [OursBatched(path, n_ctx, threads, n_batch, max(npl), placement)]
     if llama_cpp:
-        engines.append(LlamaCppBatched(path, n_ctx, threads, n_batch, max(npl)))
+        engines.append(LlamaCppBatched(path, n_ctx, threads, n_batch, max(npl), placement["n_gpu_layers"],
+                                       placement["cache_type_k"]))
     rows = []
     for b in npl:
         prompts = prompts_of(engines[0], b, n_prompt, seed, texts)
@@ -159,15 +180,17 @@ def run_batched(path: Path, npl: list[int], n_prompt: int, n_gen: int, threads: 
                     if rep:
                         runs.setdefault((engine.key, length), []).append(out)
         for (key, length), outs in runs.items():
-            rows.append({"engine": key if length is None else f"{key} {length}", "pp": n_prompt, "tg": n_gen,
-                         "b": b, "s_pp": statistics.median(b * n_prompt / o[0] for o in outs),
+            backend = next(e.backend for e in engines if e.key == key)
+            rows.append({"engine": key if length is None else f"{key} {length}", "backend": backend,
+                         "pp": n_prompt, "tg": n_gen, "b": b, "s_pp": statistics.median(b * n_prompt / o[0] for o in outs),
                          "s_tg": statistics.median(o[2] / o[1] for o in outs)})
     return rows
 
 
 def render_batched_md(rows: list[dict[str, Any]]) -> str:
     """llama-batched-bench's columns, one line per engine and B."""
-    out = ["| engine | PP | TG | B | S_PP t/s | S_TG t/s |", "|---|---:|---:|---:|---:|---:|"]
+    out = ["| engine | backend | PP | TG | B | S_PP t/s | S_TG t/s |", "|---|---|---:|---:|---:|---:|---:|"]
     for r in rows:
-        out.append(f"| {r['engine']} | {r['pp']} | {r['tg']} | {r['b']} | {r['s_pp']:.1f} | {r['s_tg']:.1f} |")
+        out.append(f"| {r['engine']} | {r['backend']} | {r['pp']} | {r['tg']} | {r['b']} | {r['s_pp']:.1f} "
+                   f"| {r['s_tg']:.1f} |")
     return "\n".join(out)

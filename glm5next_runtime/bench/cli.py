@@ -27,6 +27,12 @@ def _first_eval(runner: Runner, inputs: Inputs, n: int) -> None:
     runner.reset()
 
 
+def _placement(args: argparse.Namespace) -> dict[str, Any]:
+    """glm5next's Model keywords from the placement flags (--rpc, -ngl, --cpu-moe, -ctk, --no-warmup)."""
+    return dict(rpc=args.rpc.split(",") if args.rpc else [], n_gpu_layers=args.n_gpu_layers, cpu_moe=args.cpu_moe,
+                cache_type_k=args.cache_type_k, warmup=not args.no_warmup)
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     path: Path = args.model
     if not path.is_file():
@@ -65,9 +71,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             memory.append({"stage": stage, **s})
 
     snap("baseline (imports)")
-    placement = dict(rpc=args.rpc.split(",") if args.rpc else [], n_gpu_layers=args.n_gpu_layers,
-                     cpu_moe=args.cpu_moe, cache_type_k=args.cache_type_k, warmup=not args.no_warmup)
-    ours = load_runner(OursRunner, PROG, path, n_ctx, args.threads, args.batch_size, **placement)
+    ours = load_runner(OursRunner, PROG, path, n_ctx, args.threads, args.batch_size, **_placement(args))
     snap("glm5next loaded")
     inputs = draw_inputs(ours, max(max_depth, warm_n), max_prompt, max_gen, args.seed, args.tg_tokens == "argmax")
     _first_eval(ours, inputs, warm_n)
@@ -148,9 +152,13 @@ def _main_batched(args: argparse.Namespace) -> int:
     from .batched import render_batched_md, run_batched
     if not args.model.is_file():
         raise BenchError(f"model file not found: {args.model}")
+    if args.llama_cpp and (args.rpc or args.cpu_moe):
+        raise BenchError("-npl --llama-cpp places llama.cpp's layers with -ngl alone (llama-cpp-python's "
+                         "n_gpu_layers, on the GPU it was built for): --rpc and --cpu-moe have no counterpart there")
     try:
         rows = run_batched(args.model, args.npl, args.npp, args.ntg, args.threads, args.batch_size, args.repetitions,
-                           args.spec_n_max, args.llama_cpp, args.seed, [_read_text(f) for f in args.spec_prompts])
+                           args.spec_n_max, args.llama_cpp, args.seed, [_read_text(f) for f in args.spec_prompts],
+                           _placement(args))
     except (ValueError, RuntimeError, OSError) as e:
         raise BenchError(str(e)) from None
     print(json.dumps(rows, indent=2) if args.output == "json" else render_batched_md(rows))

@@ -319,3 +319,26 @@ def test_batched_table_has_a_row_per_engine_and_sequence_count(capsys, tiny_q8):
     assert [(r["engine"], r["b"]) for r in rows] == [(e, b) for b in (1, 3)
                                                     for e in ("glm5next", "glm5next mtp2", "llama.cpp")]
     assert all(r["pp"] == 12 and r["tg"] == 5 and r["s_pp"] > 0 and r["s_tg"] > 0 for r in rows)
+    assert {r["backend"] for r in rows} == {"CPU"}
+
+
+def test_batched_table_runs_placed(capsys, tiny_q8, rpc_servers):
+    """-npl with -ngl over an RPC device: glm5next's sequences run on the placed model (the rows say where), and
+    llama.cpp's side takes -ngl as its n_gpu_layers (this CPU-only build of llama-cpp-python keeps it on the CPU)."""
+    endpoint, _ = rpc_servers.get("bench")
+    rc, out, err = _run(capsys, ["-m", str(tiny_q8), "-npl", "1,2", "-npp", "12", "-ntg", "4", "-r", "1", "-t", "1",
+                                 "-b", "8", "--rpc", endpoint, "-ngl", "99", "-o", "json"])
+    assert rc == 0, err
+    rows = json.loads(out)
+    assert [r["b"] for r in rows] == [1, 2] and all(r["s_tg"] > 0 for r in rows)
+    assert all(r["backend"].startswith("CPU,RPC") for r in rows)
+    rc, out, err = _run(capsys, ["-m", str(tiny_q8), "-npl", "1", "-npp", "12", "-ntg", "4", "-r", "1", "-t", "1",
+                                 "-b", "8", "-ngl", "99", "--llama-cpp", "-o", "json"])
+    assert rc == 0, err
+    assert [r["backend"] for r in json.loads(out) if r["engine"] == "llama.cpp"] == ["CPU"]
+
+
+@pytest.mark.parametrize("flag", [["--rpc", "127.0.0.1:1"], ["--cpu-moe"]])
+def test_batched_llama_cpp_refuses_what_it_cannot_place(capsys, tiny_q8, flag):
+    rc, _, err = _run(capsys, ["-m", str(tiny_q8), "-npl", "1", "--llama-cpp", "-ngl", "99", *flag])
+    assert rc == 2 and "--rpc and --cpu-moe have no counterpart there" in err
