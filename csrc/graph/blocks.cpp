@@ -10,6 +10,7 @@
 #include "graph/float_rows_ops.h"
 #include "graph/indexer_ops.h"
 #include "graph/mhc_ops.h"
+#include "graph/norm_ops.h"
 #include "graph/q8_0_rows_ops.h"
 #include "graph/sparse_attention_ops.h"
 #include "graph/select_std.h"
@@ -30,7 +31,19 @@ void BlockBuilder::write_rows_at(ggml_tensor * src, ggml_tensor * cache, ggml_te
     ggml_build_forward_expand(gf, ggml_set_rows(ctx, cache, src, rows));
 }
 
-ggml_tensor * BlockBuilder::rms(ggml_tensor * x, ggml_tensor * w) const { return ggml_mul(ctx, ggml_rms_norm(ctx, x, hp.rms_eps), w); }
+ggml_tensor * BlockBuilder::rms(ggml_tensor * x, ggml_tensor * w) const {
+    if (cpu_kernels && x->type == GGML_TYPE_F32 && (w == nullptr || w->type == GGML_TYPE_F32)) {
+        return rms_norm_f32(ctx, x, w, &hp.rms_eps);
+    }
+    ggml_tensor * y = ggml_rms_norm(ctx, ggml_is_contiguous(x) ? x : ggml_cont(ctx, x), hp.rms_eps);
+    return w ? ggml_mul(ctx, y, w) : y;
+}
+
+ggml_tensor * BlockBuilder::l2(ggml_tensor * x) const {
+    const int64_t n = x->ne[0];
+    if (cpu_kernels && x->type == GGML_TYPE_F32) return l2_norm_f32(ctx, x);
+    return ggml_scale(ctx, ggml_rms_norm(ctx, x, l2_norm_eps(n)), l2_norm_scale(n));
+}
 
 ggml_tensor * BlockBuilder::concat(const std::vector<ggml_tensor *> & pieces, int dim) const {
     const bool f32 = std::all_of(pieces.begin(), pieces.end(), [](const ggml_tensor * t) { return t->type == GGML_TYPE_F32; });
@@ -111,7 +124,7 @@ ggml_tensor * BlockBuilder::expert_ids(int64_t n_experts, int64_t n_cols) const 
 ggml_tensor * BlockBuilder::hc_pre(ggml_tensor * x, ggml_tensor * fn, ggml_tensor * scale, ggml_tensor * base,
                      ggml_tensor ** post, ggml_tensor ** comb) const {
     const int64_t hc = hp.hc_mult, n_embd = hp.n_embd;
-    ggml_tensor * flat = ggml_rms_norm(ctx, ggml_reshape_2d(ctx, x, n_embd * hc, T), hp.rms_eps);
+    ggml_tensor * flat = rms(ggml_reshape_2d(ctx, x, n_embd * hc, T), nullptr);
     ggml_tensor * mixes = mm(fn, flat);  // [(2+hc)*hc, T]
     *comb = ggml_dsv4_hc_comb(ctx, mixes, scale, base, hp.hc_eps, (int32_t) hp.hc_sinkhorn_iters);
     if (cpu_kernels) {
@@ -214,8 +227,6 @@ ggml_tensor * BlockBuilder::conv(ggml_tensor * xp, ggml_tensor * kernel, ggml_te
 // cache, graph/layer_cache.h): one conv instead of three, the same arithmetic per channel.
 ggml_tensor * BlockBuilder::kda(ggml_tensor * x, const LayerWeights & w, uint32_t il) const {
     const int64_t d = hp.kda_head_dim, nh = hp.n_head, inner = hp.kda_inner(), K = hp.ssm_conv_kernel;
-    // q and k are L2-normalized per head as x / sqrt(sum x^2 + 1e-6) == rms_norm(x, 1e-6/d) / sqrt(d)
-    auto l2 = [&](ggml_tensor * t) { return ggml_scale(ctx, ggml_rms_norm(ctx, t, 1e-6f / d), 1.0f / std::sqrt((float) d)); };
     ggml_tensor * proj = concat({mm(w.wq, x), mm(w.wk, x), mm(w.wv, x)}, 0);  // [3*inner, T]
     auto taps = [&](ggml_tensor * k) { return ggml_reshape_2d(ctx, k, K, inner); };
     ggml_tensor * kernel = concat({taps(w.conv_q), taps(w.conv_k), taps(w.conv_v)}, 1);
@@ -274,7 +285,7 @@ ggml_tensor * BlockBuilder::kda(ggml_tensor * x, const LayerWeights & w, uint32_
     }
 
     ggml_tensor * og = ggml_reshape_3d(ctx, mm(w.ssm_g_b, mm(w.ssm_g_a, x)), d, nh, T);
-    o = ggml_mul(ctx, ggml_mul(ctx, ggml_rms_norm(ctx, ggml_cont(ctx, o), hp.rms_eps), w.ssm_norm), ggml_sigmoid(ctx, og));
+    o = ggml_mul(ctx, rms(o, w.ssm_norm), ggml_sigmoid(ctx, og));
     return mm(w.wo, ggml_reshape_2d(ctx, o, d * nh, T));
 }
 

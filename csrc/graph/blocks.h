@@ -120,7 +120,11 @@ public:
     // a reused selection's rows and a large ubatch's dense attention mask too (kpool_rows_std, kpool_mask_std).
     void use_cpu_kernels(bool on) { cpu_kernels = on; }
 
+    // RMSNorm of x's rows times w (nullptr: no weight; docs/model.md): by rms_norm_f32 for f32 in a layer built with
+    // CPU kernels (graph/norm_ops.h: ggml's arithmetic, its sum vectorized), else ggml's RMS_NORM and MUL.
     ggml_tensor * rms(ggml_tensor * x, ggml_tensor * w) const;
+    // KDA's L2 normalization of x's rows (q and k per head; docs/model.md, KDA), by l2_norm_f32 or ggml's ops alike.
+    ggml_tensor * l2(ggml_tensor * x) const;
     // The pieces joined along dimension `dim` in order (ggml_concat's result; the one piece itself when there is
     // one): f32 pieces in a layer built with CPU kernels by concat_f32 (graph/concat_ops.h: one node, rows copied by
     // every thread), others by ggml_concat, one node per piece but the first.

@@ -17,6 +17,7 @@
 #include "graph/delta_rule_ops.h"
 #include "graph/float_rows_ops.h"
 #include "graph/mhc_ops.h"
+#include "graph/norm_ops.h"
 #include "graph/q8_0_rows_ops.h"
 #include "runtime/graph_slot.h"
 
@@ -237,6 +238,36 @@ void concat_pieces_f32(const std::vector<const float *> & pieces, const std::vec
         for (size_t p = 1; p < views.size(); ++p) y = ggml_concat(ctx.get(), y, views[p], dim);
     }
     if (y == views[0]) y = ggml_cont(ctx.get(), y);  // one piece: the graph needs a node
+    compute_on_cpu(y, inputs, out, ctx.get(), n_threads);
+}
+
+void norm_rows_f32(const float * x, const std::array<int64_t, 4> & ne, int64_t row_stride, const float * w, int64_t n_w,
+                   float eps, bool l2, float * out, bool ggml_kernel, int n_threads) {
+    if (row_stride < ne[0]) throw std::invalid_argument("norm_rows_f32: row_stride < ne0");
+    ggml_context_ptr ctx = metadata_context(8);
+    // the rows ne[1] * ne[2] * ne[3] of row_stride values each; x their first ne[0] values
+    ggml_tensor * whole = ggml_new_tensor_2d(ctx.get(), GGML_TYPE_F32, row_stride, ne[1] * ne[2] * ne[3]);
+    ggml_set_input(whole);
+    std::vector<std::pair<ggml_tensor *, const void *>> inputs = {{whole, x}};
+    const size_t rb = row_stride * sizeof(float);
+    ggml_tensor * tx = ggml_view_4d(ctx.get(), whole, ne[0], ne[1], ne[2], ne[3], rb, rb * ne[1], rb * ne[1] * ne[2], 0);
+    ggml_tensor * tw = nullptr;
+    if (w != nullptr) {
+        tw = ggml_new_tensor_1d(ctx.get(), GGML_TYPE_F32, n_w);
+        ggml_set_input(tw);
+        inputs.emplace_back(tw, w);
+    }
+    static float eps_value;  // the op reads eps through a pointer when the graph runs
+    eps_value = eps;
+    ggml_tensor * y;
+    if (!ggml_kernel) {
+        y = l2 ? l2_norm_f32(ctx.get(), tx) : rms_norm_f32(ctx.get(), tx, tw, &eps_value);
+    } else if (l2) {
+        y = ggml_scale(ctx.get(), ggml_rms_norm(ctx.get(), tx, l2_norm_eps(ne[0])), l2_norm_scale(ne[0]));
+    } else {
+        y = ggml_rms_norm(ctx.get(), tx, eps);
+        if (tw) y = ggml_mul(ctx.get(), y, tw);
+    }
     compute_on_cpu(y, inputs, out, ctx.get(), n_threads);
 }
 

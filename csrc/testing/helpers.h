@@ -55,6 +55,14 @@ void delta_rule_in_place_f32(const float *q, const float *k, const float *v, con
 void concat_pieces_f32(const std::vector<const float *> & pieces, const std::vector<std::array<int64_t, 4>> & ne,
                        const std::vector<bool> & transposed, int dim, float * out, bool ggml_kernel, int n_threads);
 
+// RMSNorm (rms_norm_f32, graph/norm_ops.h; w nullptr: no weight) or, with l2, KDA's L2 normalization (l2_norm_f32)
+// of x's rows, or the same by ggml's RMS_NORM, MUL and SCALE (ggml_kernel), on n_threads: x contiguous with ggml
+// sizes ne (ne0 first), read through a view whose rows are row_stride values apart (>= ne[0]: rows that are not
+// contiguous with each other), w nullptr or n_w values (the op refuses n_w != ne[0]). out: ne's values, contiguous.
+// Throws what the op throws, std::runtime_error when ggml fails.
+void norm_rows_f32(const float * x, const std::array<int64_t, 4> & ne, int64_t row_stride, const float * w, int64_t n_w,
+                   float eps, bool l2, float * out, bool ggml_kernel, int n_threads);
+
 // Two graphs of one slot (runtime/graph_slot.h, one CPU backend), run in turn on x [n]: first
 // a = 2 * ((2x * 3) * 5) (each tensor used once: ggml's allocator may compute each step in the place of the one
 // before), then b = 2x + (2x * 3) * 5 (2x lives until the end), whose graphs have as many nodes and leafs as a's, of

@@ -277,6 +277,38 @@ Raises:
     ValueError: shapes that do not fit, or this project's op not available here. RuntimeError: ggml failed.
 )doc");
 
+    mod.def("norm_rows",
+            [](const f32_array &x, std::optional<f32_array> w, float eps, bool l2, int64_t n0_given, bool ggml_kernel,
+               int n_threads) {
+                if (x.ndim() != 4) throw std::invalid_argument("norm_rows: x must be 4-D (ne3, ne2, ne1, row_stride)");
+                const int64_t stride = x.shape(3), n0 = n0_given > 0 ? n0_given : stride;
+                if (n0 > stride) throw std::invalid_argument("norm_rows: n0 is x's last axis or less");
+                const std::array<int64_t, 4> ne = {n0, x.shape(2), x.shape(1), x.shape(0)};
+                py::array_t<float> out({ne[3], ne[2], ne[1], ne[0]});
+                {
+                    py::gil_scoped_release release;
+                    glm5next::norm_rows_f32(x.data(), ne, stride, w ? w->data() : nullptr, w ? w->size() : 0, eps, l2,
+                                            out.mutable_data(), ggml_kernel, n_threads);
+                }
+                return out;
+            },
+            py::arg("x"), py::arg("w") = py::none(), py::arg("eps") = 1e-6f, py::arg("l2") = false,
+            py::arg("n0") = 0, py::arg("ggml_kernel") = false, py::arg("n_threads") = 2,
+            R"doc(RMSNorm of x's rows times w by this project's op (csrc/graph/norm_ops.h, rms_norm_f32), or with l2 KDA's
+L2 normalization (l2_norm_f32), or the same by ggml's RMS_NORM, MUL and SCALE (ggml_kernel), on the CPU, for tests.
+
+Args:
+    x: float32 (ne3, ne2, ne1, S); n0: the rows' size, the first n0 of each S values (0: S; n0 < S reads rows
+    that are not contiguous with each other, as a view's); w: None or float32 values, one per row value (the op
+    refuses another count); eps: RMSNorm's (l2 takes its own); n_threads: the CPU backend's threads.
+
+Returns:
+    float32 (ne3, ne2, ne1, n0).
+
+Raises:
+    ValueError: x not 4-D, n0 past S, or w of another size than n0 (the op's error). RuntimeError: ggml failed.
+)doc");
+
     mod.def("concat",
             [](const std::vector<f32_array> &pieces, int dim, std::optional<std::vector<bool>> transposed,
                bool ggml_kernel, int n_threads) {

@@ -28,10 +28,12 @@ class OursBatched:
 
     key = "glm5next"
 
-    def __init__(self, path: Path, n_ctx: int, threads: int, n_batch: int, n_seq: int, placement: dict[str, Any]):
-        """placement: Model's rpc / n_gpu_layers / cpu_moe / cache_type_k / warmup keywords."""
+    def __init__(self, path: Path, n_ctx: int, threads: int, n_batch: int, n_seq: int,
+                 placement: dict[str, Any] | None = None):
+        """placement: Model's rpc / n_gpu_layers / cpu_moe / cache_type_k / warmup keywords (None: the CPU alone)."""
         from ..model import Model
-        self.models = [Model(path, n_ctx=n_ctx, n_threads=threads, n_batch=n_batch, n_seq_max=n_seq, **placement)]
+        self.models = [Model(path, n_ctx=n_ctx, n_threads=threads, n_batch=n_batch, n_seq_max=n_seq,
+                             **(placement or {}))]
         self.backend = ",".join(sorted(set(self.models[0].placement().values())))
         self.models += [self.models[0].another_sequence() for _ in range(n_seq - 1)]
         self._policies: dict[int, _core.DraftLengthPolicy] = {}  # the batch's, by n_max: learned over the runs
