@@ -74,6 +74,14 @@ int32_t Generator::start(const std::vector<int32_t> & prompt, bool cache_prompt,
     return first;
 }
 
+void Generator::drop_pending_rows() {
+    pending_h_.clear();
+    pending_x_.clear();
+    flush_rows_ = prompt_rows_ = flushed_rows_ = 0;
+    deferred_flush_ = false;
+    flush_ms_ = 0;
+}
+
 void Generator::write_pending_rows() {
     if (!chain_ || pending_x_.empty()) return;
     flush_rows_ = (int64_t) pending_x_.size();
@@ -183,10 +191,7 @@ void Generator::begin_prompt(const std::vector<int32_t> & prompt, bool cache_pro
     // Draft rows (h_p, x_{p+1}) wait to be written: from the row before the first one evaluated (the NextN layer's
     // rows before it were kept), or from position 0.
     pending_pos_ = c > 0 ? c - 1 : 0;
-    pending_h_.clear();
-    pending_x_.clear();
-    flush_rows_ = 0;
-    prompt_rows_ = 0;
+    drop_pending_rows();
     if (drafting() && c < (int64_t) prompt.size() && c > 0) pending_h_ = h_before;
     h_last_ = h_before;  // the whole prompt resumed: its last row's
     prompting_ = true;
@@ -284,10 +289,7 @@ int64_t Generator::begin_round(int64_t max_tokens, int batch_drafts, bool batch_
     between_ms_ = round_end_ == std::chrono::steady_clock::time_point{} ? -1.0 : ms_since(round_end_);
     if (batch_dormant && policy_) resting_ = true;  // (a generator that samples with a seed keeps drafting)
     if (chain_ && !drafting()) {  // the policy gave up (in this generation or before): no draft-head rows
-        pending_h_.clear();
-        pending_x_.clear();
-        flush_rows_ = 0;
-        prompt_rows_ = 0;
+        drop_pending_rows();
         if (policy_ && !policy_->can_pay()) policy_->observe_dormant();
     }
     if (drafting()) {  // step 0 is the row (h_{P-1}, next); the pending rows before it are written with it

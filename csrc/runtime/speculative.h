@@ -218,6 +218,9 @@ private:
     bool keeps_by_match() const { return sampler_.greedy() || spec_.sampled_accept == SampledAccept::match; }
     // Writes the pending draft-head rows now instead of with the next round's step 0.
     void write_pending_rows();
+    // Drops the pending draft-head rows and what was planned for them (which to flush, which wait for a drafting
+    // round, a flush's timing so far): a new prompt's rows replace them, or the policy gave drafting up.
+    void drop_pending_rows();
     // The round's counters (stats_), once `emitted` is committed.
     void count(const std::vector<int32_t> & emitted);
     // The round's outcome and timings, for the draft length policy (n_keep drafts verified, verify_ms; `timed`: its
