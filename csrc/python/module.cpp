@@ -2,6 +2,7 @@
 // that bad input becomes a Python exception instead of a ggml abort.
 #include <pybind11/pybind11.h>
 
+#include "runtime/ggml_log.h"
 #include "runtime/system_info.h"
 
 namespace py = pybind11;
@@ -14,6 +15,7 @@ void bind_devices(py::module_ & mod);  // bind_devices.cpp
 
 PYBIND11_MODULE(_core, mod) {
     mod.doc() = "Native core of glm5next_runtime (ggml via llama-cpp-python's shared libraries).";
+    glm5next::install_ggml_log_filter();  // ggml's debug lines off stderr (runtime/ggml_log.h)
 
     mod.def("ggml_version", &glm5next::ggml_version, "Version string of the linked ggml, e.g. '0.25.3'.");
     mod.def("ggml_commit", &glm5next::ggml_commit, "llama.cpp commit the linked ggml was built from.");

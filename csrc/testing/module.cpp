@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <array>
+#include <map>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -307,6 +308,28 @@ Returns:
 
 Raises:
     ValueError: x not 4-D, n0 past S, or w of another size than n0 (the op's error). RuntimeError: ggml failed.
+)doc");
+
+    mod.def("ggml_log",
+            [](const std::string &level, const std::string &text) {
+                static const std::map<std::string, ggml_log_level> levels = {
+                    {"debug", GGML_LOG_LEVEL_DEBUG}, {"info", GGML_LOG_LEVEL_INFO}, {"warn", GGML_LOG_LEVEL_WARN},
+                    {"error", GGML_LOG_LEVEL_ERROR}, {"cont", GGML_LOG_LEVEL_CONT}};
+                const auto it = levels.find(level);
+                if (it == levels.end()) {
+                    throw std::invalid_argument("ggml_log: level \"" + level + "\" is not debug, info, warn, error or cont");
+                }
+                ggml_log_callback callback = nullptr;
+                void *user_data = nullptr;
+                ggml_log_get(&callback, &user_data);
+                callback(it->second, text.c_str(), user_data);
+            },
+            py::arg("level"), py::arg("text"),
+            R"doc(Hands `text` to ggml's current log callback at `level` (debug, info, warn, error or cont), as ggml's
+own code logs, for tests of the filter the native module installs (csrc/runtime/ggml_log.h).
+
+Raises:
+    ValueError: an unknown level.
 )doc");
 
     mod.def("concat",
