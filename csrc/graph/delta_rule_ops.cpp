@@ -78,12 +78,65 @@ GLM5NEXT_AVX2_FMA inline void rows_step(float * rows, const float * e, const flo
     for (int r = 0; r < R; ++r) out[r] = f32x8_reduce4(s[r][0], s[r][1], s[r][2], s[r][3]);
 }
 
+// rows_step in AVX-512's order (n a multiple of 64): ggml_vec_dot_f32 built for AVX-512 sums 4 registers of 16 lanes
+// per 64 values (GGML_F32_STEP) and reduces them as f32x16_reduce4; the products and updates are elementwise, the
+// same at any width.
+template <int R>
+__attribute__((target("avx512f"))) inline void rows_step_avx512(float * rows, const float * e, const float * k,
+                                                                const float * q, const float * v_j, float beta,
+                                                                int64_t n, float * out) {
+    __m512 s[R][4];
+    for (int r = 0; r < R; ++r) {
+        for (int u = 0; u < 4; ++u) s[r][u] = _mm512_setzero_ps();
+    }
+    for (int64_t i = 0; i < n; i += 64) {
+        for (int u = 0; u < 4; ++u) {
+            const __m512 ev = _mm512_loadu_ps(e + i + 16 * u), kv = _mm512_loadu_ps(k + i + 16 * u);
+            for (int r = 0; r < R; ++r) {
+                float * row = rows + r * n + i + 16 * u;
+                const __m512 x = _mm512_mul_ps(_mm512_loadu_ps(row), ev);
+                _mm512_storeu_ps(row, x);
+                s[r][u] = _mm512_fmadd_ps(x, kv, s[r][u]);
+            }
+        }
+    }
+    __m512 delta[R];
+    for (int r = 0; r < R; ++r) {
+        delta[r] = _mm512_set1_ps((v_j[r] - f32x16_reduce4(s[r][0], s[r][1], s[r][2], s[r][3])) * beta);
+        for (int u = 0; u < 4; ++u) s[r][u] = _mm512_setzero_ps();
+    }
+    for (int64_t i = 0; i < n; i += 64) {
+        for (int u = 0; u < 4; ++u) {
+            const __m512 kv = _mm512_loadu_ps(k + i + 16 * u), qv = _mm512_loadu_ps(q + i + 16 * u);
+            for (int r = 0; r < R; ++r) {
+                float * row = rows + r * n + i + 16 * u;
+                const __m512 x = _mm512_fmadd_ps(kv, delta[r], _mm512_loadu_ps(row));
+                _mm512_storeu_ps(row, x);
+                s[r][u] = _mm512_fmadd_ps(x, qv, s[r][u]);
+            }
+        }
+    }
+    for (int r = 0; r < R; ++r) out[r] = f32x16_reduce4(s[r][0], s[r][1], s[r][2], s[r][3]);
+}
+
+// One token's step of R rows in the order of sums that `wide` names (AVX-512's, else AVX2's).
+template <bool wide, int R>
+void step_rows(float * rows, const float * e, const float * k, const float * q, const float * v_j, float beta,
+               int64_t n, float * out) {
+    if constexpr (wide) {
+        rows_step_avx512<R>(rows, e, k, q, v_j, beta, n, out);
+    } else {
+        rows_step<R>(rows, e, k, q, v_j, beta, n, out);
+    }
+}
+
 const float * at(const ggml_tensor * t, int64_t i1, int64_t i2, int64_t i3) {
     return (const float *) ((const char *) t->data + i1 * t->nb[1] + i2 * t->nb[2] + i3 * t->nb[3]);
 }
 
-// This thread's share: the (head, sequence) pairs [nr * ith / nth, nr * (ith + 1) / nth).
-GLM5NEXT_AVX2_FMA void run(const Operands & o, int ith, int nth) {
+// This thread's share: the (head, sequence) pairs [nr * ith / nth, nr * (ith + 1) / nth); `wide`: AVX-512's sums.
+template <bool wide>
+void run(const Operands & o, int ith, int nth) {
     const int64_t S = o.v->ne[0], H = o.v->ne[1], T = o.v->ne[2], n_seqs = o.v->ne[3];
     const int64_t nr = H * n_seqs, ir0 = nr * ith / nth, ir1 = nr * (ith + 1) / nth;
     const float scale = 1.0f / sqrtf((float) S);
@@ -120,8 +173,10 @@ GLM5NEXT_AVX2_FMA void run(const Operands & o, int ith, int nth) {
                 const float beta = *at(o.beta, h, t, s);
                 float * out = outs + (s * T * H + h) * S + t * S * H;
                 int64_t j = j0;
-                for (; j + 2 <= j1; j += 2) rows_step<2>(final_state + j * S, &e[t * S], k, q, v + j, beta, S, out + j);
-                if (j < j1) rows_step<1>(final_state + j * S, &e[t * S], k, q, v + j, beta, S, out + j);
+                for (; j + 2 <= j1; j += 2) {
+                    step_rows<wide, 2>(final_state + j * S, &e[t * S], k, q, v + j, beta, S, out + j);
+                }
+                if (j < j1) step_rows<wide, 1>(final_state + j * S, &e[t * S], k, q, v + j, beta, S, out + j);
                 for (j = j0; j < j1; ++j) out[j] *= scale;
                 const int64_t slot = T - 1 - t;  // s tokens back from the last
                 if (slot > 0 && slot < o.K) {
@@ -133,21 +188,24 @@ GLM5NEXT_AVX2_FMA void run(const Operands & o, int ith, int nth) {
     }
 }
 
+template <bool wide>
 void delta_rule_op(ggml_tensor * dst, int ith, int nth, void * userdata) {
     const Operands o = {dst->src[0], dst->src[1], dst->src[2], dst->src[3], dst->src[4], dst->src[5], nullptr,
                         (float *) dst->data, (int64_t) (intptr_t) userdata, false};
-    run(o, ith, nth);
+    run<wide>(o, ith, nth);
 }
 
+template <bool wide>
 void delta_rule_in_place_op(ggml_tensor * dst, int ith, int nth, void * userdata) {
     const Operands o = {dst->src[0], dst->src[1], dst->src[2], dst->src[3], dst->src[4], dst->src[5], dst->src[6],
                         (float *) dst->data, (int64_t) (intptr_t) userdata, true};
-    run(o, ith, nth);
+    run<wide>(o, ith, nth);
 }
 
-// The op, copying and in place (the states in cells 2 and 0 of a cache of three), against ggml's gated_delta_net on
-// random inputs (2 heads, 2 sequences, 5 tokens, 3 snapshot slots, at S_v = 64 and 128: blocks of 64 and 32 rows),
-// bit for bit, on ggml's CPU backend with 2 threads.
+// The op in the order `wide` names, copying and in place (the states in cells 2 and 0 of a cache of three), against
+// ggml's gated_delta_net on random inputs (2 heads, 2 sequences, 5 tokens, 3 snapshot slots, at S_v = 64 and 128:
+// blocks of 64 and 32 rows), bit for bit, on ggml's CPU backend with 2 threads.
+template <bool wide>
 bool matches_ggml() {
     ggml_cpu_init();
     for (const int64_t S : {64, 128}) {
@@ -167,7 +225,7 @@ bool matches_ggml() {
         ggml_tensor * theirs = ggml_gated_delta_net(ctx, q, k, v, g, beta, state, K);
         ggml_tensor * args[] = {q, k, v, g, beta, state};
         ggml_tensor * ours = ggml_custom_4d(ctx, GGML_TYPE_F32, theirs->ne[0], theirs->ne[1], 1, 1, args, 6,
-                                            delta_rule_op, GGML_N_TASKS_MAX, (void *) (intptr_t) K);
+                                            delta_rule_op<wide>, GGML_N_TASKS_MAX, (void *) (intptr_t) K);
         // in place: sequence 0's state in cell 2 of three, sequence 1's in cell 0 (cell 1 not touched)
         const size_t state_bytes = S * S * H * sizeof(float);
         ggml_tensor * cache = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, S * S * H, 3);
@@ -180,7 +238,8 @@ bool matches_ggml() {
         }
         ggml_tensor * args_in_place[] = {q, k, v, g, beta, cache, cells};
         ggml_tensor * in_place = ggml_custom_4d(ctx, GGML_TYPE_F32, theirs->ne[0], theirs->ne[1], 1, 1, args_in_place,
-                                                7, delta_rule_in_place_op, GGML_N_TASKS_MAX, (void *) (intptr_t) K);
+                                                7, delta_rule_in_place_op<wide>, GGML_N_TASKS_MAX,
+                                                (void *) (intptr_t) K);
         ggml_cgraph * gf = ggml_new_graph(ctx);
         ggml_build_forward_expand(gf, theirs);
         ggml_build_forward_expand(gf, ours);
@@ -204,21 +263,34 @@ bool matches_ggml() {
 }
 #endif  // GLM5NEXT_X86_KERNELS
 
-}  // namespace
+// The order of sums that gives ggml's bits here, found once by running both against ggml's op: AVX-512's where the CPU
+// has it and ggml was built for it (GGML_NATIVE on such a CPU), AVX2's where ggml sums 8 lanes at a time; none
+// elsewhere. GLM5NEXT_CPU_KERNELS=avx2 tries AVX2's alone (graph/cpu_arch.h).
+enum class SumOrder { none, avx2, avx512 };
 
-bool delta_rule_kernel_available() {
+SumOrder sum_order() {
 #if !GLM5NEXT_X86_KERNELS
-    return false;  // x86 code, compiled for x86-64 only (graph/cpu_arch.h)
+    return SumOrder::none;  // x86 code, compiled for x86-64 only (graph/cpu_arch.h)
 #else
-    static const bool available = []() {
+    static const SumOrder order = []() {
         __builtin_cpu_init();
-        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && matches_ggml();
+        if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) return SumOrder::none;
+        if (__builtin_cpu_supports("avx512f") && avx512_kernels_allowed() && matches_ggml<true>()) {
+            return SumOrder::avx512;
+        }
+        return matches_ggml<false>() ? SumOrder::avx2 : SumOrder::none;
     }();
-    return available;
+    return order;
 #endif
 }
 
-bool delta_rule_fits(int64_t head_size) { return head_size > 0 && head_size % 32 == 0; }
+}  // namespace
+
+bool delta_rule_kernel_available() { return sum_order() != SumOrder::none; }
+
+bool delta_rule_fits(int64_t head_size) {
+    return head_size > 0 && head_size % (sum_order() == SumOrder::avx512 ? 64 : 32) == 0;
+}
 
 namespace {
 
@@ -230,7 +302,10 @@ void check_operands(const char * op, const ggml_tensor * q, const ggml_tensor * 
     for (const ggml_tensor * t : {q, k, v, g, beta, state}) {
         if (t->type != GGML_TYPE_F32) refuse(std::string(t->name) + " must be f32");
     }
-    if (!delta_rule_fits(S)) refuse("the head size " + std::to_string(S) + " must be a multiple of 32");
+    if (!delta_rule_fits(S)) {
+        refuse("the head size " + std::to_string(S) + " must be a multiple of " +
+               (sum_order() == SumOrder::avx512 ? "64 (AVX-512's sums)" : "32"));
+    }
     for (const ggml_tensor * t : {q, k}) {
         if (t->ne[0] != S || t->ne[2] != T || H % t->ne[1] != 0 || B % t->ne[3] != 0 || t->nb[0] != sizeof(float)) {
             refuse(std::string(t->name) + " must be [S_v, H or a divisor, T, n_seqs or a divisor] with contiguous rows");
@@ -264,7 +339,8 @@ ggml_tensor * delta_rule(ggml_context * ctx, ggml_tensor * q, ggml_tensor * k, g
     return nullptr;  // not reached: never available without the x86 kernels (check_operands)
 #else
     ggml_tensor * args[] = {q, k, v, g, beta, state};
-    ggml_tensor * out = ggml_custom_4d(ctx, GGML_TYPE_F32, S * H, T * B + K * S * B, 1, 1, args, 6, delta_rule_op,
+    ggml_tensor * out = ggml_custom_4d(ctx, GGML_TYPE_F32, S * H, T * B + K * S * B, 1, 1, args, 6,
+                                       sum_order() == SumOrder::avx512 ? delta_rule_op<true> : delta_rule_op<false>,
                                        GGML_N_TASKS_MAX, (void *) (intptr_t) K);
     ggml_set_name(out, kOpName);
     return out;
@@ -293,7 +369,9 @@ ggml_tensor * delta_rule_in_place(ggml_context * ctx, ggml_tensor * q, ggml_tens
     ggml_tensor * rows = ggml_reshape_2d(ctx, states, row, ggml_nelements(states) / row);
     ggml_tensor * args[] = {q, k, v, g, beta, rows, cells};
     ggml_tensor * out = ggml_custom_4d(ctx, GGML_TYPE_F32, S * H, T * B + K * S * B, 1, 1, args, cells ? 7 : 6,
-                                       delta_rule_in_place_op, GGML_N_TASKS_MAX, (void *) (intptr_t) K);
+                                       sum_order() == SumOrder::avx512 ? delta_rule_in_place_op<true>
+                                                                       : delta_rule_in_place_op<false>,
+                                       GGML_N_TASKS_MAX, (void *) (intptr_t) K);
     ggml_set_name(out, kOpName);
     return out;
 #endif

@@ -10,19 +10,19 @@ namespace glm5next {
 
 // Whether delta_rule runs on this machine: the build has the x86 kernels (graph/cpu_arch.h), the CPU has AVX2 and
 // FMA, and the op gave the very bits of ggml's own gated_delta_net (the CPU backend loaded in this process) on a
-// check of random inputs, snapshots included, copying and in place (delta_rule_in_place), made once. Where it is
-// false, callers use ggml_gated_delta_net. So not on an AVX-512 CPU, whose ggml (built for it) sums its f32 dots in
-// 16 lanes: an order this op does not copy yet.
+// check of random inputs, snapshots included, copying and in place (delta_rule_in_place), made once: in AVX-512's
+// order of sums (16 lanes) where the CPU has AVX-512 and that order matches (ggml built for AVX-512), else in AVX2's
+// (8 lanes). Where it is false, callers use ggml_gated_delta_net.
 bool delta_rule_kernel_available();
 
-// Whether delta_rule takes a head size of `head_size` values: a multiple of 32 (ggml's vec_dot_f32 on AVX2 adds the
-// values past the last 32 one by one, in an order this op does not copy; KDA's 128 of GLM-5.3-Flash and the bench
-// preset are, the bundled model's 48 and the test presets' 16 take ggml's op).
+// Whether delta_rule takes a head size of `head_size` values: a multiple of 32 in AVX2's order, of 64 in AVX-512's
+// (ggml's vec_dot_f32 adds the values past the last 32 or 64 one by one, in an order this op does not copy; KDA's 128
+// of GLM-5.3-Flash and the bench preset are, the bundled model's 48 and the test presets' 16 take ggml's op).
 bool delta_rule_fits(int64_t head_size);
 
 // ggml_gated_delta_net(ctx, q, k, v, g, beta, state, K) for KDA's per-channel gate, computed by this project's op:
 // q, k, v f32 [S_v, H, T, n_seqs] with contiguous rows, g f32 [S_v, H, T, n_seqs] and beta f32 [1, H, T, n_seqs]
-// contiguous, state f32 [S_v, S_v, H, n_seqs] contiguous (S_v a multiple of 32); K >= 1 snapshot slots. Returns what
+// contiguous, state f32 [S_v, S_v, H, n_seqs] contiguous (S_v as delta_rule_fits takes); K >= 1 snapshot slots. Returns what
 // ggml's op returns, f32 [S_v * H, T * n_seqs + K * S_v * n_seqs]: the outputs, then slot 0 (the state after the
 // last token), slot s (s tokens before; only the last min(T, K) are written), each [S_v, S_v, H, n_seqs].
 // Each element is what ggml-cpu/ops.cpp's ggml_compute_forward_gated_delta_net computes: per token, row j of the
