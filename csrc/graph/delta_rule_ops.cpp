@@ -204,7 +204,11 @@ void delta_rule_in_place_op(ggml_tensor * dst, int ith, int nth, void * userdata
 
 // The op in the order `wide` names, copying and in place (the states in cells 2 and 0 of a cache of three), against
 // ggml's gated_delta_net on random inputs (2 heads, 2 sequences, 5 tokens, 3 snapshot slots, at S_v = 64 and 128:
-// blocks of 64 and 32 rows), bit for bit, on ggml's CPU backend with 2 threads.
+// blocks of 64 and 32 rows), bit for bit, on ggml's CPU backend with 1 thread: with more, ggml-cpu opens an OpenMP
+// team on the calling thread (the first to build a graph, not the one that runs them: the server's main thread at
+// load), and a second live team throttles every barrier of the graph thread's team (runtime/graph_threads.h).
+// Measured: glm5next-server, one client, 128 tokens, bench preset q8_0 ~60 -> ~106 tok/s, bundled (since 6a3e01f ran
+// the check for its head size too) ~120-190 -> ~620-670 tok/s. The op's bits do not depend on the thread count.
 template <bool wide>
 bool matches_ggml() {
     ggml_cpu_init();
@@ -244,7 +248,7 @@ bool matches_ggml() {
         ggml_build_forward_expand(gf, theirs);
         ggml_build_forward_expand(gf, ours);
         ggml_build_forward_expand(gf, in_place);
-        bool ok = ggml_graph_compute_with_ctx(ctx, gf, 2) == GGML_STATUS_SUCCESS &&
+        bool ok = ggml_graph_compute_with_ctx(ctx, gf, 1) == GGML_STATUS_SUCCESS &&
                   std::memcmp(theirs->data, ours->data, ggml_nbytes(ours)) == 0;
         // the in-place op: the outputs and slots 1..K-1 where the copying op has them, slot 0 (the final states) in
         // the cells, which it leaves unwritten in its result
@@ -289,7 +293,8 @@ SumOrder sum_order() {
 bool delta_rule_kernel_available() { return sum_order() != SumOrder::none; }
 
 bool delta_rule_fits(int64_t head_size) {
-    return head_size > 0 && head_size % (sum_order() == SumOrder::avx512 ? 64 : 32) == 0;
+    // sum_order() (its check runs ggml graphs) asked only where the answer depends on it
+    return head_size > 0 && head_size % 32 == 0 && (head_size % 64 == 0 || sum_order() != SumOrder::avx512);
 }
 
 namespace {

@@ -49,6 +49,18 @@ def test_the_op_runs_where_ggml_sums_as_it_does_and_nowhere_else():
     assert _testing.delta_rule_kernel_available() == _RUNS_HERE
 
 
+def test_the_load_time_check_leaves_no_openmp_team_behind():
+    # A graph of 2 threads opens an OpenMP team on the calling thread that lives as long as it; a second team beside
+    # the graph thread's throttled every later step (runtime/graph_threads.h): the check runs ggml on 1 thread.
+    import subprocess
+    import sys
+    code = ("import os\nfrom glm5next_runtime import _core, _testing\nn = len(os.listdir('/proc/self/task'))\n"
+            "_testing.delta_rule_kernel_available()\nprint(n, len(os.listdir('/proc/self/task')))\n")
+    before, after = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                                   timeout=120).stdout.split()
+    assert after == before
+
+
 @needs_kernel_cpu
 @pytest.mark.parametrize("B,T,H,S,K", [(1, 1, 2, 128, 1), (4, 1, 8, 128, 1), (1, 37, 3, 128, 1), (2, 5, 2, 64, 3),
                                        (3, 2, 2, 128, 4), (1, 130, 2, 192, 1)])
