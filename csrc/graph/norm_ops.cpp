@@ -41,7 +41,7 @@ __attribute__((target("avx2"))) double sum_squares_avx2(const float * x, int64_t
 
 double sum_squares(const float * x, int64_t n) {
 #if GLM5NEXT_X86_KERNELS
-    static const bool avx2 = [] { __builtin_cpu_init(); return __builtin_cpu_supports("avx2") != 0; }();
+    static const bool avx2 = cpu_has_avx2_fma_f16c();
     if (avx2) return sum_squares_avx2(x, n);
 #endif
     return sum_squares_scalar(x, n);

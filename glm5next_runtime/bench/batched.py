@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from .. import _core
-from .runners import GGML_TYPE_IDS
+from .runners import llama_cache_kwargs
 
 
 class OursBatched:
@@ -94,8 +94,9 @@ class LlamaCppBatched:
         cparams.n_batch = cparams.n_ubatch = n_batch
         cparams.n_seq_max = n_seq
         cparams.n_threads = cparams.n_threads_batch = threads
-        cparams.type_k = cparams.type_v = GGML_TYPE_IDS[cache_type_k]
-        if cache_type_k.startswith("q"):
+        cache = llama_cache_kwargs(cache_type_k)  # the high-level API's keywords, set here one by one
+        cparams.type_k, cparams.type_v = cache["type_k"], cache["type_v"]
+        if cache["flash_attn"]:
             cparams.flash_attn_type = L.LLAMA_FLASH_ATTN_TYPE_ENABLED
         mparams = L.llama_model_default_params()
         mparams.n_gpu_layers = n_gpu_layers
