@@ -120,6 +120,14 @@ class Engine:
         Engine(model: _core.Model, n_batch: int (rows per ubatch of a sequence), n_threads: int = 0 (all cores), draft_type: str = 'auto' (the draft layer as stored) | 'q8_0' | 'q4_0' (requantized at load, once for every sequence), draft_model: _core.Model | None (a separate --mtp-only file with the NextN layer), n_verify_rows: the rows of verify passes and draft steps the compute buffers are sized for at load (draft n_max + 1; longer ones grow them on first use), n_seq_max: the sequences whose caches (trunk and NextN layer) are cells of the engine's (llama.cpp's n_seq_max, the server's -np; csrc/runtime/cache_cells.h): their rows in one step write their caches and run KDA per layer at once; more sequences may be made, whose rows run per sequence).
         Raises ValueError for a draft-only file as model, n_batch or n_seq_max of 0, a bad draft_type, or a draft file that does not fit the model; RuntimeError when a device cannot hold the cells.
         """
+    def census_graphs(self, on: bool, cuda_cc: typing.SupportsInt | typing.SupportsIndex = 900) -> None:
+        """
+        Take the census of every graph run from now on (runtime/graph_census.h), CUDA-graph blockers counted for NVIDIA compute capability cuda_cc (major * 100 + minor * 10; default 900, Hopper). False stops and forgets. One pass over each run's nodes: for benchmarks and tests.
+        """
+    def graph_census(self) -> dict:
+        """
+        graph_census() -> {graph kind: dict(nodes, by_device={device: nodes}, splits, row_groups, parts, products, one_matrix_id, cuda_graph_blockers, readbacks)}: the last graph run of each kind (graph_kind in runtime/op_profile.h) since census_graphs was turned on. nodes: compute nodes (no views); products: MUL_MAT, MUL_MAT_ID and the rows kernels; one_matrix_id: MUL_MAT_ID over one matrix (the CPU's row-by-row route); cuda_graph_blockers: MUL_MAT_ID nodes on a CUDA device (or an RPC one declared so by GLM5NEXT_RPC_BACKEND) that take ggml-cuda's synchronizing fallback; readbacks: reads of device memory per run (each waits for the device). Empty while off.
+        """
     def memory(self) -> list:
         """
         memory() -> list of dict(device, weights, caches, compute) in bytes, one per device that holds any, the CPU last: llama.cpp's load report. caches: every sequence's on the engine and the cache cells no sequence has taken (n_seq_max); compute: the schedulers' buffers (sized at load for a full ubatch at the end of the first sequence's context, grown by the graphs run since), once for all sequences.
@@ -143,7 +151,7 @@ class Engine:
     @property
     def cpu_pinned_ops(self) -> list[str]:
         """
-        list[str]: the ops that run on the CPU although their layer is placed on a device, because that device's kernel cannot take this model's shapes (one line each, for the load report; runtime/kernel_limits.h). For an RPC device the backend behind it is $GLM5NEXT_RPC_BACKEND, else unknown (then nothing is pinned).
+        list[str]: the ops that run on the CPU although their layer is placed on a device, because that device's kernel cannot take this model's shapes (one line each, for the load report; model/kernel_limits.h). For an RPC device the backend behind it is $GLM5NEXT_RPC_BACKEND, else unknown (then nothing is pinned).
         """
     @property
     def draft_requantized(self) -> dict[str, str]:

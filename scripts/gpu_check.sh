@@ -7,7 +7,8 @@
 #      copied between devices, its time against a decode step's, and greedy draft-MTP against plain decoding;
 #   3. llama-batched-bench's table (issue 24), the bench preset and the bundled model (models/glm5next-small, whose
 #      draft head is trained: its draft-MTP rows accept drafts) fully offloaded: glm5next-bench -npl 1,2,4,8 plain
-#      and with 3 drafts on text prompts (README.md, docs/), then llama.cpp's on the same files: the
+#      and with 3 drafts on text prompts (README.md, docs/), with glm5next's graph census per graph kind (--census:
+#      nodes by device, splits, CUDA-graph blockers, device reads), then llama.cpp's on the same files: the
 #      llama-batched-bench binary named by LLAMA_BATCHED_BENCH (built from the llama.cpp that llama-cpp-python 0.3.36
 #      vendors, for the same GPU), else llama-cpp-python in-process (glm5next-bench --llama-cpp, ours again beside it).
 # What a user should see on a GPU (the issue's bounds): a decode token, a draft step and a verify pass in 2 splits
@@ -161,7 +162,7 @@ if step 3; then
     for model in "$BUNDLED" "$MODEL"; do
         echo "== the batched table, $(basename "$model"), -ngl 99: glm5next (plain, 3 drafts)"
         "$VENV/bin/glm5next-bench" -m "$model" -t "$THREADS" -ngl 99 ${rpc_args[@]+"${rpc_args[@]}"} -npl 1,2,4,8 \
-            -npp 128 -ntg 128 -r 3 --spec-n-max 3 --spec-prompts "${texts[@]}" || echo "glm5next-bench -npl failed (exit $?)"
+            -npp 128 -ntg 128 -r 3 --spec-n-max 3 --spec-prompts "${texts[@]}" --census || echo "glm5next-bench -npl failed (exit $?)"
         if [ -n "${LLAMA_BATCHED_BENCH:-}" ]; then
             echo "== the batched table, $(basename "$model"), -ngl 99: $LLAMA_BATCHED_BENCH (-c: 512 per sequence)"
             "$LLAMA_BATCHED_BENCH" -m "$model" -t "$THREADS" -ngl 99 -c 4096 -b 512 -ub 512 -npp 128 -ntg 128 \

@@ -14,6 +14,7 @@
 #include "graph/q8_0_rows_ops.h"
 #include "graph/sparse_attention_ops.h"
 #include "graph/select_std.h"
+#include "model/kernel_limits.h"
 #include "model/model.h"
 
 namespace glm5next {
@@ -54,7 +55,8 @@ ggml_tensor * BlockBuilder::concat(const std::vector<ggml_tensor *> & pieces, in
 }
 
 ggml_tensor * BlockBuilder::mm(ggml_tensor * w, ggml_tensor * x) const {
-    if (x->ne[1] == 1 || (!few && x->ne[1] > kInvariantMaxRows)) return ggml_mul_mat(ctx, w, x);
+    const bool one_product = x->ne[1] == 1 || (!few && x->ne[1] > kInvariantMaxRows);
+    if (one_product || !multiplies_rows_alone(kernel_backend(device_of(w)))) return ggml_mul_mat(ctx, w, x);
     const int64_t K = x->ne[0], N = x->ne[1], B = w->ne[2];
     if (B == 1 && w->ne[3] == 1) {  // one matrix
         ggml_tensor * xc = ggml_is_contiguous(x) ? x : ggml_cont(ctx, x);
@@ -131,7 +133,7 @@ ggml_tensor * BlockBuilder::hc_pre(ggml_tensor * x, ggml_tensor * fn, ggml_tenso
         ggml_tensor * gates = hc_gates(ctx, mixes, scale, base, hc, &hp.hc_eps);  // [2*hc, T]: pre, post
         ggml_tensor * pre = ggml_view_2d(ctx, gates, hc, T, gates->nb[1], 0);
         *post = ggml_view_2d(ctx, gates, hc, T, gates->nb[1], hc * sizeof(float));
-        return hc_pre_mix(ctx, x, pre);
+        return hc_mix_kernels_available() ? hc_pre_mix(ctx, x, pre) : ggml_dsv4_hc_pre(ctx, x, pre);
     }
     // ggml's standard ops, which every device has: the same formulas as hc_gates and hc_pre_mix (mhc_ops.h)
     auto affine = [&](int part, int64_t off) {
@@ -145,7 +147,8 @@ ggml_tensor * BlockBuilder::hc_pre(ggml_tensor * x, ggml_tensor * fn, ggml_tenso
 }
 
 ggml_tensor * BlockBuilder::hc_post(ggml_tensor * x, ggml_tensor * residual, ggml_tensor * post, ggml_tensor * comb) const {
-    return cpu_kernels ? hc_post_mix(ctx, x, residual, post, comb) : ggml_dsv4_hc_post(ctx, x, residual, post, comb);
+    return cpu_kernels && hc_mix_kernels_available() ? hc_post_mix(ctx, x, residual, post, comb)
+                                                     : ggml_dsv4_hc_post(ctx, x, residual, post, comb);
 }
 
 // silu(gate) * up as one node (ggml's GLU op) instead of two: the CPU kernel (ggml_vec_swiglu_f32) computes the
@@ -553,9 +556,19 @@ ggml_tensor * BlockBuilder::dsa(ggml_tensor * x, const LayerWeights & w, uint32_
         (kqv_out ? kqvs : os).push_back(out);
     }
     if (!kqvs.empty() && !os.empty()) throw std::logic_error("a DSA layer's parts attend on different devices");
-    ggml_tensor * o = kqvs.empty() ? concat(os, 3)  // a dense pass ([v, nh, T]) has one part
-                                   : ggml_mul_mat(ctx, w.wv_b, concat(kqvs, 3));  // [v, 1, nh, T]
-    o = ggml_reshape_2d(ctx, ggml_cont(ctx, o), hp.head_v_mla * nh, T);
+    ggml_tensor * o;
+    if (!kqvs.empty()) {
+        o = ggml_mul_mat(ctx, w.wv_b, concat(kqvs, 3));  // [v, 1, nh, T]
+    } else if (os.size() == 1) {
+        o = os[0];  // [v, 1, nh, T] gathered or [v, nh, T] dense
+    } else {  // a one-pass group's parts (graph/trunk.h), gathered or dense: joined as rows [v * nh, n]
+        for (ggml_tensor *& t : os) {
+            t = ggml_reshape_2d(ctx, ggml_is_contiguous(t) ? t : ggml_cont(ctx, t), hp.head_v_mla * nh,
+                                ggml_nelements(t) / (hp.head_v_mla * nh));
+        }
+        o = concat(os, 1);
+    }
+    o = ggml_reshape_2d(ctx, ggml_is_contiguous(o) ? o : ggml_cont(ctx, o), hp.head_v_mla * nh, T);
     if (group->row_scale && group->row_scale->t) {
         o = ggml_mul(ctx, o, group->row_scale->t);
     }

@@ -140,17 +140,21 @@ public:
     // multiplied each as vec_dot multiplies a row alone: a q8_0 matrix on the CPU by this project's kernel
     // (graph/q8_0_rows_ops.h, the same bits, each weight block loaded once for up to 8 rows; the routed experts
     // too, mm_id), an f16 or f32 one by its counterpart (graph/float_rows_ops.h, each weight row loaded once for up
-    // to 4 rows), other types (and other devices) as ggml_mul_mat_id with every row routed to the one matrix (or to
-    // its batch's matrix), whose CPU kernel is the same vec_dot per row whatever the row count
+    // to 4 rows), other types (and a plain RPC device's products) as ggml_mul_mat_id with every row routed to the
+    // one matrix (or to its batch's matrix), whose CPU kernel is the same vec_dot per row whatever the row count
     // (ggml_compute_forward_mul_mat_id_one_chunk). A decode row equals its verify row, and its row in a batch of
     // sequences, bit for bit. Measured on the bench preset (q8_0, -t 1, interleaved medians): mul_mat_id's verify
     // passes of 2..6 rows took 0.76-0.91x the time of tinyBLAS's; with the q8_0 kernel (-t 2, glm5next-bench -npl
     // against llama.cpp in one run) 4 sequences' decode went from 1.11x to 1.70x llama.cpp's tokens/s, and the
     // routed experts' kernel alone made one sequence's prefill 1.38x and decode 1.07x faster (interleaved medians of
-    // 6). Long prompt chunks keep tinyBLAS for the dense matrices, several times faster there. A device's layers
-    // take the same route: exact on an RPC device (a CPU; tests/csrc/test_devices.py, where a multi-row product
-    // parted greedy draft-MTP from plain decoding on a q8_0 file); a GPU's mul_mat_id kernels are not measured
-    // here (scripts/gpu_check.sh reports greedy draft-MTP against plain decoding).
+    // 6). Long prompt chunks keep tinyBLAS for the dense matrices, several times faster there. A plain RPC device
+    // (a CPU) takes the same route, exact there (tests/csrc/test_devices.py, where a multi-row product parted greedy
+    // draft-MTP from plain decoding on a q8_0 file). A matrix on a GPU backend is multiplied plainly, all rows in
+    // one product (model/kernel_limits.h, multiplies_rows_alone): there the one-expert MUL_MAT_ID of a float matrix
+    // whose rows are not a multiple of 32 (mHC's hc_fn, KDA's beta, the indexer's head weights) took ggml-cuda's
+    // synchronizing fallback and turned CUDA graphs off for every step of several rows (the graph census,
+    // runtime/graph_census.h), and a GPU's kernels keep no row's bits alone either way (scripts/gpu_check.sh
+    // compares greedy draft-MTP with plain decoding there).
     ggml_tensor * mm(ggml_tensor * w, ggml_tensor * x) const;
 
     // mHC pre (docs/model.md, "Trunk, one layer", step 1): the block input [n_embd, T]; post [hc, T] and comb

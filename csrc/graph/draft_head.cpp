@@ -2,6 +2,8 @@
 
 #include <stdexcept>
 
+#include "model/kernel_limits.h"
+
 namespace glm5next {
 
 void build_draft_graph(DraftGraph & g, ggml_context * ctx, const Model & model, const LayerWeights & w,
@@ -14,10 +16,12 @@ void build_draft_graph(DraftGraph & g, ggml_context * ctx, const Model & model, 
     g.pools.assign(rows.size(), nullptr);
     g.logits.clear();
     g.z.clear();
+    // one row group where the layer multiplies on a GPU backend (as the trunk, graph/trunk.h: trunk_in_one_pass)
+    const bool one_pass = !multiplies_rows_alone(kernel_backend(device_of(w.eh_proj)));
     for (size_t i = 0; i < rows.size(); ++i) {
         const DraftRows & r = rows[i];
         if (r.shared && r.n_rows != 1) throw std::logic_error("a draft step that reuses a selection is one row");
-        GraphPart & p = g.parts.add(r.cache, r.n_rows, r.output ? 1 : 0, kGatherMaxRows);
+        GraphPart & p = g.parts.add(r.cache, r.n_rows, r.output ? 1 : 0, kGatherMaxRows, one_pass);
         p.layout = graph_layout(hp, r.cache.n_ctx, r.cache.n_past, r.n_rows);
         p.kpool = {r.cache.n_past, hp.idx_kpool, hp.idx_top_k / hp.idx_kpool, hp.idx_select_tail};
         p.kpool_saved = p.kpool;  // its n_past: the row that made the reused selection (set_inputs)

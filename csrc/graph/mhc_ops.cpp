@@ -1,8 +1,13 @@
 #include "graph/mhc_ops.h"
 
 #include <cmath>
+#include <cstring>
+#include <random>
 #include <stdexcept>
 #include <string>
+
+#include "ggml-cpu.h"
+#include "graph/cpu_arch.h"
 
 namespace glm5next {
 
@@ -13,21 +18,29 @@ const T & at(const ggml_tensor * t, int64_t i0, int64_t i1, int64_t i2) {
     return *(const T *) ((const char *) t->data + i0 * t->nb[0] + i1 * t->nb[1] + i2 * t->nb[2]);
 }
 
-void hc_pre_op(ggml_tensor * dst, int ith, int nth, void *) {
+// out[i] += a[i] * w for i < n: the product fused into the sum (one rounding, std::fma) or rounded first, as ggml's
+// kernels sum (mix_sums). This file is compiled with -ffp-contract=off (CMakeLists.txt), so the rounded form stays
+// two roundings whatever the target; the fused one takes the FMA instruction where it is compiled for it.
+template <bool kFused>
+inline void mul_add_row(float * out, const float * a, float w, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) out[i] = kFused ? std::fma(a[i], w, out[i]) : out[i] + a[i] * w;
+}
+
+template <bool kFused>
+void hc_pre_rows(ggml_tensor * dst, int ith, int nth) {
     const ggml_tensor *x = dst->src[0], *pre = dst->src[1];
     const int64_t n_embd = dst->ne[0], hc = x->ne[1];
     for (int64_t t = ith; t < dst->ne[1]; t += nth) {
         float * out = (float *) ((char *) dst->data + t * dst->nb[1]);
         for (int64_t i = 0; i < n_embd; ++i) out[i] = 0.0f;
         for (int64_t s = 0; s < hc; ++s) {
-            const float * xs = &at<float>(x, 0, s, t);
-            const float w = at<float>(pre, s, t, 0);
-            for (int64_t i = 0; i < n_embd; ++i) out[i] += xs[i] * w;
+            mul_add_row<kFused>(out, &at<float>(x, 0, s, t), at<float>(pre, s, t, 0), n_embd);
         }
     }
 }
 
-void hc_post_op(ggml_tensor * dst, int ith, int nth, void *) {
+template <bool kFused>
+void hc_post_rows(ggml_tensor * dst, int ith, int nth) {
     const ggml_tensor *x = dst->src[0], *residual = dst->src[1], *post = dst->src[2], *comb = dst->src[3];
     const int64_t n_embd = dst->ne[0], hc = dst->ne[1], n_rows = hc * dst->ne[2];
     for (int64_t r = ith; r < n_rows; r += nth) {  // one output row (stream d of token t) per step
@@ -37,12 +50,91 @@ void hc_post_op(ggml_tensor * dst, int ith, int nth, void *) {
         float * out = (float *) ((char *) dst->data + d * dst->nb[1] + t * dst->nb[2]);
         for (int64_t i = 0; i < n_embd; ++i) out[i] = xt[i] * p;
         for (int64_t s = 0; s < hc; ++s) {
-            const float * rs = &at<float>(residual, 0, s, t);
-            const float c = at<float>(comb, d, s, t);
-            for (int64_t i = 0; i < n_embd; ++i) out[i] += rs[i] * c;
+            mul_add_row<kFused>(out, &at<float>(residual, 0, s, t), at<float>(comb, d, s, t), n_embd);
         }
     }
 }
+
+#if GLM5NEXT_X86_KERNELS
+// The fused sums with the FMA instruction (x86-64's baseline has none: std::fma would be a libm call per value).
+__attribute__((target("fma"))) void hc_pre_fused(ggml_tensor * dst, int ith, int nth) {
+    hc_pre_rows<true>(dst, ith, nth);
+}
+__attribute__((target("fma"))) void hc_post_fused(ggml_tensor * dst, int ith, int nth) {
+    hc_post_rows<true>(dst, ith, nth);
+}
+#else
+void hc_pre_fused(ggml_tensor * dst, int ith, int nth) { hc_pre_rows<true>(dst, ith, nth); }
+void hc_post_fused(ggml_tensor * dst, int ith, int nth) { hc_post_rows<true>(dst, ith, nth); }
+#endif
+
+// How ggml's kernels of dsv4_hc_pre and dsv4_hc_post sum (`sum += x * w`): a build for a CPU with FMA (GGML_NATIVE
+// on most x86-64, every aarch64) lets the compiler fuse each product into the sum, a plain x86-64 build rounds the
+// product first. Seen on this project's machines: an AVX-512 Xeon whose llama-cpp-python was built natively fused,
+// and the mixes rounded, 3e-4 apart in a tiny f32 model's logits between the CPU and a layer placed on an RPC device.
+enum class MixSums { fused, rounded, none };
+
+bool cpu_has_fma() {
+#if GLM5NEXT_X86_KERNELS
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("fma");
+#else
+    return true;  // std::fma: the instruction on aarch64
+#endif
+}
+
+// Asks ggml once, on 1 thread (runtime/graph_threads.h: no OpenMP team left on the caller's thread), over random
+// values where the two forms differ: `fused` or `rounded` for the form that gives its bits (the fused one tried
+// only where the CPU has FMA), `none` when neither does.
+MixSums ask_ggml_mix_sums() {
+    const int64_t n_embd = 64, hc = 4, T = 3;
+    ggml_context * ctx = ggml_init({16 * 1024 * 1024, nullptr, false});
+    if (ctx == nullptr) return MixSums::none;
+    std::mt19937 rng(5);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    auto tensor = [&](int64_t a, int64_t b, int64_t c) {
+        ggml_tensor * t = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, a, b, c);
+        for (int64_t i = 0; i < ggml_nelements(t); ++i) ((float *) t->data)[i] = nd(rng);
+        return t;
+    };
+    ggml_tensor *x = tensor(n_embd, T, 1), *streams = tensor(n_embd, hc, T), *pre = tensor(hc, T, 1),
+                *post = tensor(hc, T, 1), *comb = tensor(hc, hc, T);
+    ggml_tensor * theirs_pre = ggml_dsv4_hc_pre(ctx, streams, pre);
+    ggml_tensor * theirs_post = ggml_dsv4_hc_post(ctx, x, streams, post, comb);
+    ggml_cgraph * gf = ggml_new_graph(ctx);
+    ggml_build_forward_expand(gf, theirs_pre);
+    ggml_build_forward_expand(gf, theirs_post);
+    MixSums out = MixSums::none;
+    if (ggml_graph_compute_with_ctx(ctx, gf, 1) == GGML_STATUS_SUCCESS) {
+        auto same = [&](void (*pre_rows)(ggml_tensor *, int, int), void (*post_rows)(ggml_tensor *, int, int)) {
+            ggml_tensor * ours_pre = ggml_dup_tensor(ctx, theirs_pre);
+            ggml_tensor * ours_post = ggml_dup_tensor(ctx, theirs_post);
+            ours_pre->src[0] = streams, ours_pre->src[1] = pre;
+            ours_post->src[0] = x, ours_post->src[1] = streams, ours_post->src[2] = post, ours_post->src[3] = comb;
+            pre_rows(ours_pre, 0, 1);
+            post_rows(ours_post, 0, 1);
+            return std::memcmp(ours_pre->data, theirs_pre->data, ggml_nbytes(ours_pre)) == 0 &&
+                   std::memcmp(ours_post->data, theirs_post->data, ggml_nbytes(ours_post)) == 0;
+        };
+        if (cpu_has_fma() && same(hc_pre_fused, hc_post_fused)) {
+            out = MixSums::fused;
+        } else if (same(hc_pre_rows<false>, hc_post_rows<false>)) {
+            out = MixSums::rounded;
+        }
+    }
+    ggml_free(ctx);
+    return out;
+}
+
+MixSums mix_sums() {
+    static const MixSums sums = ask_ggml_mix_sums();
+    return sums;
+}
+
+void hc_pre_fused_op(ggml_tensor * dst, int ith, int nth, void *) { hc_pre_fused(dst, ith, nth); }
+void hc_pre_rounded_op(ggml_tensor * dst, int ith, int nth, void *) { hc_pre_rows<false>(dst, ith, nth); }
+void hc_post_fused_op(ggml_tensor * dst, int ith, int nth, void *) { hc_post_fused(dst, ith, nth); }
+void hc_post_rounded_op(ggml_tensor * dst, int ith, int nth, void *) { hc_post_rows<false>(dst, ith, nth); }
 
 void hc_gates_op(ggml_tensor * dst, int ith, int nth, void * userdata) {
     const float eps = *static_cast<const float *>(userdata);
@@ -57,6 +149,14 @@ void hc_gates_op(ggml_tensor * dst, int ith, int nth, void * userdata) {
             out[d] = 1.0f / (1.0f + std::exp(-(m[d] * s_pre + b[d]))) + eps;
             out[hc + d] = 2.0f / (1.0f + std::exp(-(m[hc + d] * s_post + b[hc + d])));
         }
+    }
+}
+
+// Refuses a mix op where neither form is ggml's (hc_mix_kernels_available), naming it.
+void check_mix_sums(const char * op) {
+    if (mix_sums() == MixSums::none) {
+        throw std::invalid_argument(std::string(op) + ": neither of its sums gives ggml's dsv4 mixes' bits here "
+                                    "(hc_mix_kernels_available)");
     }
 }
 
@@ -83,8 +183,11 @@ ggml_tensor * hc_pre_mix(ggml_context * ctx, ggml_tensor * x, ggml_tensor * pre)
         pre->ne[1] != T) {
         throw std::invalid_argument("hc_pre_mix: operand types, shapes or strides do not fit");
     }
+    check_mix_sums("hc_pre_mix");
     ggml_tensor * args[] = {x, pre};
-    return ggml_custom_4d(ctx, GGML_TYPE_F32, n_embd, T, 1, 1, args, 2, hc_pre_op, GGML_N_TASKS_MAX, nullptr);
+    return ggml_custom_4d(ctx, GGML_TYPE_F32, n_embd, T, 1, 1, args, 2,
+                          mix_sums() == MixSums::fused ? hc_pre_fused_op : hc_pre_rounded_op, GGML_N_TASKS_MAX,
+                          nullptr);
 }
 
 ggml_tensor * hc_post_mix(ggml_context * ctx, ggml_tensor * x, ggml_tensor * residual, ggml_tensor * post,
@@ -98,8 +201,13 @@ ggml_tensor * hc_post_mix(ggml_context * ctx, ggml_tensor * x, ggml_tensor * res
         residual->nb[0] != sizeof(float)) {
         throw std::invalid_argument("hc_post_mix: operand shapes or strides do not fit");
     }
+    check_mix_sums("hc_post_mix");
     ggml_tensor * args[] = {x, residual, post, comb};
-    return ggml_custom_4d(ctx, GGML_TYPE_F32, n_embd, hc, T, 1, args, 4, hc_post_op, GGML_N_TASKS_MAX, nullptr);
+    return ggml_custom_4d(ctx, GGML_TYPE_F32, n_embd, hc, T, 1, args, 4,
+                          mix_sums() == MixSums::fused ? hc_post_fused_op : hc_post_rounded_op, GGML_N_TASKS_MAX,
+                          nullptr);
 }
+
+bool hc_mix_kernels_available() { return mix_sums() != MixSums::none; }
 
 }  // namespace glm5next

@@ -5,15 +5,16 @@
 
 namespace glm5next {
 
-GraphPart & GraphParts::add(const CacheView & cache, int64_t n_rows, int64_t n_out, int64_t few_max) {
+GraphPart & GraphParts::add(const CacheView & cache, int64_t n_rows, int64_t n_out, int64_t few_max, bool one_group) {
     const bool few = n_rows <= few_max;
-    if (groups.empty() || !groups.back().few || !few) {
+    if (groups.empty() || (!one_group && (!groups.back().few || !few))) {
         RowGroup g;
         g.row0 = this->n_rows();
         g.few = few;
         groups.push_back(std::move(g));
     }
     RowGroup & g = groups.back();
+    g.few = g.few && few;
     GraphPart & p = parts.emplace_back();
     p.cache = cache;
     p.n_rows = n_rows;

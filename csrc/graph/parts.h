@@ -4,7 +4,9 @@
 //   - a part is one sequence's consecutive rows: its own caches, positions, indexer choices and KDA state;
 //   - a group is what the blocks that read no cache (norms, matmuls, mHC, MoE, the output layer) run over at once:
 //     every part of at most kGatherMaxRows rows (decode rows, verify passes, draft steps, short prompt chunks) in
-//     one "few-row" group, and each longer part (a prompt chunk) in a group of its own.
+//     one "few-row" group, and each longer part (a prompt chunk) in a group of its own; or every part in one group
+//     where the graph's layers multiply on a GPU backend (trunk_in_one_pass, graph/trunk.h: one pass over every
+//     sequence's rows, prompts included, each weight read once per step).
 // Why groups: a row's result must not depend on what it is batched with (issue 15's batch invariance, issue 24).
 // ggml's CPU matmul multiplies one column with its vec_dot kernel and several with llamafile's tinyBLAS, which
 // rounds differently; a few-row group multiplies every row with the vec_dot kernel whatever its size
@@ -93,8 +95,9 @@ struct GraphParts {
     std::deque<RowGroup> groups;  // in row order
 
     // Adds a part of n_rows rows on `cache` at its n_past (a part of at most few_max rows joins the few-row group
-    // when the part before it is in one; a longer one opens a group of its own).
-    GraphPart & add(const CacheView & cache, int64_t n_rows, int64_t n_out, int64_t few_max);
+    // when the part before it is in one; a longer one opens a group of its own). With `one_group` every part joins
+    // the first group, which is few-row while all its parts are.
+    GraphPart & add(const CacheView & cache, int64_t n_rows, int64_t n_out, int64_t few_max, bool one_group = false);
     int64_t n_rows() const { return groups.empty() ? 0 : groups.back().row0 + groups.back().n_rows; }
 };
 

@@ -1,6 +1,15 @@
 #include "graph/trunk.h"
 
+#include "model/kernel_limits.h"
+
 namespace glm5next {
+
+bool trunk_in_one_pass(const Model & model) {
+    for (uint32_t il = 0; il < model.hp.n_trunk(); ++il) {
+        if (!multiplies_rows_alone(kernel_backend(device_of(model.layers[il].hc_attn_fn)))) return true;
+    }
+    return false;
+}
 
 void build_trunk_graph(TrunkGraph & g, ggml_context * ctx, const Model & model, const std::vector<TrunkRows> & rows) {
     const HParams & hp = model.hp;
@@ -9,8 +18,9 @@ void build_trunk_graph(TrunkGraph & g, ggml_context * ctx, const Model & model, 
     g.dsa_layers.clear();
     g.hidden.clear();
     g.logits.clear();
+    const bool one_pass = trunk_in_one_pass(model);
     for (const TrunkRows & r : rows) {
-        GraphPart & p = g.parts.add(r.cache, r.n_rows, r.all_logits ? r.n_rows : 1, kGatherMaxRows);
+        GraphPart & p = g.parts.add(r.cache, r.n_rows, r.all_logits ? r.n_rows : 1, kGatherMaxRows, one_pass);
         p.layout = graph_layout(hp, r.cache.n_ctx, r.cache.n_past, r.n_rows);
         p.kpool = {r.cache.n_past, hp.idx_kpool, hp.idx_top_k / hp.idx_kpool, hp.idx_select_tail};
         // a one-row verify pass is always kept whole (SeqCache::commit(1) of one row rolls nothing back): no

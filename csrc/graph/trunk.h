@@ -39,9 +39,16 @@ struct TrunkGraph {
     void set_inputs(const int32_t * tokens, const std::vector<int64_t> & n_past);
 };
 
+// Whether a trunk ubatch of several sequences' rows is one row group (graph/parts.h): where a trunk layer multiplies
+// on a GPU backend (model/kernel_limits.h, multiplies_rows_alone), whose products keep no row's bits alone anyway,
+// every sequence's rows, prompts included, pass the blocks without caches at once (each weight read once per step,
+// as llama.cpp's ubatch of several sequences; a prompt step of B sequences was B passes). On the CPU and plain RPC a
+// prompt part longer than kGatherMaxRows keeps a group of its own and the products it has alone (batch invariance).
+bool trunk_in_one_pass(const Model & model);
+
 // Builds into `g` the graph of `rows` (one entry per sequence, at most one ubatch each; each sequence's caches at
 // their n_past, set_inputs places them). Parts of at most kGatherMaxRows rows must come first (one few-row group),
-// longer ones after (a group each). `ctx` must be a no_alloc context with room for graph_size(hp, rows.size()) nodes.
+// longer ones after (a group each, or all in one where trunk_in_one_pass). `ctx` must be a no_alloc context with room for graph_size(hp, rows.size()) nodes.
 void build_trunk_graph(TrunkGraph & g, ggml_context * ctx, const Model & model, const std::vector<TrunkRows> & rows);
 
 }  // namespace glm5next

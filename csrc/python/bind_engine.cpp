@@ -200,7 +200,7 @@ their rows run in its graphs, one sequence's alone or several sequences' togethe
         .def_property_readonly("cpu_pinned_ops", &Engine::cpu_pinned_ops,
                                "list[str]: the ops that run on the CPU although their layer is placed on a device, "
                                "because that device's kernel cannot take this model's shapes (one line each, for the "
-                               "load report; runtime/kernel_limits.h). For an RPC device the backend behind it is "
+                               "load report; model/kernel_limits.h). For an RPC device the backend behind it is "
                                "$GLM5NEXT_RPC_BACKEND, else unknown (then nothing is pinned).")
         .def_property_readonly("n_splits", &Engine::n_splits,
                                "Graph splits of the last graph run (1: every op ran on one device).")
@@ -238,6 +238,34 @@ their rows run in its graphs, one sequence's alone or several sequences' togethe
             "1 row, reused selection\", \"prefill 512 rows\", \"decode 4 rows x 4 sequences\"; graph_kind in "
             "runtime/op_profile.h); ops by ggml op name, a product with its weight's type (\"MUL_MAT q8_0\"). Empty "
             "while off.")
+        .def("census_graphs", &Engine::census_graphs, py::arg("on"), py::arg("cuda_cc") = glm5next::kCudaCcHopper,
+             "Take the census of every graph run from now on (runtime/graph_census.h), CUDA-graph blockers counted "
+             "for NVIDIA compute capability cuda_cc (major * 100 + minor * 10; default 900, Hopper). False stops and "
+             "forgets. One pass over each run's nodes: for benchmarks and tests.")
+        .def("graph_census", [](const Engine & e) {
+                py::dict out;
+                for (const auto & [kind, c] : e.graph_census()) {
+                    py::dict row;
+                    row["nodes"] = c.nodes;
+                    row["by_device"] = c.by_device;
+                    row["splits"] = c.n_splits;
+                    row["row_groups"] = c.row_groups;
+                    row["parts"] = c.parts;
+                    row["products"] = c.products;
+                    row["one_matrix_id"] = c.one_matrix_id;
+                    row["cuda_graph_blockers"] = c.cuda_graph_blockers;
+                    row["readbacks"] = c.readbacks;
+                    out[py::str(kind)] = row;
+                }
+                return out;
+            },
+            "graph_census() -> {graph kind: dict(nodes, by_device={device: nodes}, splits, row_groups, parts, "
+            "products, one_matrix_id, cuda_graph_blockers, readbacks)}: the last graph run of each kind (graph_kind in "
+            "runtime/op_profile.h) since census_graphs was turned on. nodes: compute nodes (no views); products: "
+            "MUL_MAT, MUL_MAT_ID and the rows kernels; one_matrix_id: MUL_MAT_ID over one matrix (the CPU's "
+            "row-by-row route); cuda_graph_blockers: MUL_MAT_ID nodes on a CUDA device (or an RPC one declared so by "
+            "GLM5NEXT_RPC_BACKEND) that take ggml-cuda's synchronizing fallback; readbacks: reads of device memory "
+            "per run (each waits for the device). Empty while off.")
         .def_property_readonly("draft_requantized", [](const Engine & e) {
                 std::map<std::string, std::string> out;
                 if (e.draft_weights()) {

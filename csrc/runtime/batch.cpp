@@ -1,6 +1,7 @@
 #include "runtime/batch.h"
 
 #include <chrono>
+#include <cstdint>
 #include <stdexcept>
 
 namespace glm5next {
@@ -130,12 +131,24 @@ void Batch::verify(const std::vector<const uint32_t *> & masks) {
     if (masks.size() != gens_.size()) throw std::invalid_argument("verify needs one mask (or null) per generator");
     std::vector<TrunkPart> parts;
     std::vector<size_t> owners;
+    // On an engine whose steps are one pass (Engine::one_pass) the step's rows are bounded as llama.cpp's ubatch is:
+    // n_batch rows, the verify rows first, then the prompts' rows in turn while rows are left (the rest wait for the
+    // next step); elsewhere each prompt's part is a ubatch of its own (a group of its own, graph/parts.h).
+    int64_t prompt_budget = INT64_MAX;
+    if (engine_.one_pass()) {
+        prompt_budget = engine_.params().n_batch;
+        for (size_t i = 0; i < gens_.size(); ++i) {
+            if (live(i) && !gens_[i]->prompting()) prompt_budget -= (int64_t) gens_[i]->draft_.tokens.size() + 1;
+        }
+    }
     for (size_t i = 0; i < gens_.size(); ++i) {
         Generator * g = gens_[i];
         TrunkPart part;
         if (!live(i)) continue;
         if (g->prompting()) {
-            if (!g->prompt_part(part)) continue;  // nothing left to evaluate: its first token comes below
+            // nothing left to evaluate (its first token comes below), or no rows left in this step
+            if (prompt_budget <= 0 || !g->prompt_part(part, prompt_budget)) continue;
+            prompt_budget -= part.n;
         } else {
             part = g->verify_part((int64_t) g->draft_.tokens.size());
         }

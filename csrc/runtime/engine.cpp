@@ -12,7 +12,7 @@
 #include "graph/select_ops.h"
 #include "graph/trunk.h"
 #include "runtime/graph_threads.h"
-#include "runtime/kernel_limits.h"
+#include "model/kernel_limits.h"
 
 namespace glm5next {
 
@@ -66,6 +66,7 @@ Engine::Engine(const Model & model, const EngineParams & params, const Model * d
     ggml_backend_cpu_set_n_threads(cpu_, params_.n_threads);
     backends_.push_back(cpu_);
     pin_unsupported_kernels(devices);
+    one_pass_ = trunk_in_one_pass(model_);
     graphs_ = std::make_unique<GraphSlots>(backends_, cpu_, graph_size(model.hp), pins_);
     last_ = &graphs_->of(GraphShape{GraphShape::kTrunk, {PartShape{0, params_.n_batch}}});
 }
@@ -223,6 +224,31 @@ OpProfile Engine::op_profile() const {
     return op_profile_ ? *op_profile_ : OpProfile{};
 }
 
+void Engine::census_graphs(bool on, int cuda_cc) {
+    std::lock_guard<std::recursive_mutex> lock(mutex_);
+    census_cuda_cc_ = cuda_cc;
+    if (!on) {
+        census_.reset();
+    } else if (!census_) {
+        census_.emplace();
+    }
+}
+
+std::map<std::string, GraphCensus> Engine::graph_census() const {
+    std::lock_guard<std::recursive_mutex> lock(mutex_);
+    return census_ ? *census_ : std::map<std::string, GraphCensus>{};
+}
+
+void Engine::count(const GraphSlot & slot, ggml_cgraph * gf, const GraphShape & shape, const GraphParts & parts,
+                   int64_t readbacks) {
+    if (!census_) return;
+    GraphCensus c = take_census(slot.sched(), gf, census_cuda_cc_);
+    c.row_groups = (int64_t) parts.groups.size();
+    c.parts = (int64_t) parts.parts.size();
+    c.readbacks = readbacks;
+    (*census_)[graph_kind(shape)] = std::move(c);
+}
+
 void Engine::profile_traffic(bool on) {
     std::lock_guard<std::recursive_mutex> lock(mutex_);
     if (on && op_profile_) {
@@ -254,6 +280,13 @@ std::vector<size_t> graph_order(const std::vector<Part> & parts) {
         }
     }
     return order;
+}
+
+// ggml_backend_tensor_get of an output's bytes [offset, offset + size), counted in `readbacks` when it waits for a
+// device (graph_census.h).
+void read_output(const ggml_tensor * t, void * dst, size_t offset, size_t size, int64_t & readbacks) {
+    ggml_backend_tensor_get(t, dst, offset, size);
+    readbacks += reads_device_memory(t) ? 1 : 0;
 }
 
 template <typename Part>
@@ -314,20 +347,21 @@ void Engine::run_trunk(const std::vector<TrunkPart> & parts) {
     slot.compute(profile_traffic_, op_times(shape));
 
     const int64_t k = n_top_pool();
+    int64_t readbacks = 0;
     size_t part_index = 0, group_index = 0;
     for (const RowGroup & group : g.parts.groups) {
         for (const GraphPart * gp : group.parts) {
             const TrunkPart & p = parts[order[part_index++]];
             EvalOutput & out = *p.out;
             const int64_t n = p.n, row0 = p.out_row0;
-            ggml_backend_tensor_get(g.hidden[group_index], out.hidden.data() + row0 * hp.n_embd,
-                                    gp->row0 * hp.n_embd * sizeof(float), n * hp.n_embd * sizeof(float));
+            read_output(g.hidden[group_index], out.hidden.data() + row0 * hp.n_embd,
+                        gp->row0 * hp.n_embd * sizeof(float), n * hp.n_embd * sizeof(float), readbacks);
             const size_t logits_at = gp->out_row0 * hp.n_vocab * sizeof(float);
             if (p.all_logits) {
-                ggml_backend_tensor_get(g.logits[group_index], out.logits.data() + row0 * hp.n_vocab, logits_at,
-                                        n * hp.n_vocab * sizeof(float));
+                read_output(g.logits[group_index], out.logits.data() + row0 * hp.n_vocab, logits_at,
+                            n * hp.n_vocab * sizeof(float), readbacks);
             } else if (row0 + n == out.n_tokens) {
-                ggml_backend_tensor_get(g.logits[group_index], out.logits.data(), logits_at, hp.n_vocab * sizeof(float));
+                read_output(g.logits[group_index], out.logits.data(), logits_at, hp.n_vocab * sizeof(float), readbacks);
             }
             if (out.pools.empty()) {
                 out.dsa_layers = g.dsa_layers;
@@ -336,7 +370,7 @@ void Engine::run_trunk(const std::vector<TrunkPart> & parts) {
             for (size_t i = 0; i < gp->selections.size(); ++i) {
                 std::vector<int32_t> & dst = out.pools[i];
                 dst.resize((row0 + n) * k);
-                ggml_backend_tensor_get(gp->selections[i], dst.data() + row0 * k, 0, n * k * sizeof(int32_t));
+                read_output(gp->selections[i], dst.data() + row0 * k, 0, n * k * sizeof(int32_t), readbacks);
                 for (int64_t t = 0; t < n; ++t) canonical_pools(gp->kpool, dst.data() + (row0 + t) * k, k, t);
             }
             if (p.verify) {
@@ -348,6 +382,7 @@ void Engine::run_trunk(const std::vector<TrunkPart> & parts) {
         }
         ++group_index;
     }
+    count(slot, g.gf, shape, g.parts, readbacks);
 }
 
 void Engine::run_draft(const std::vector<DraftPart> & parts) {
@@ -413,6 +448,7 @@ void Engine::run_draft(const std::vector<DraftPart> & parts) {
     note_graph_thread(params_.n_threads);
     slot.compute(profile_traffic_, op_times(shape));
 
+    int64_t readbacks = 0;
     size_t part_index = 0, group_index = 0;
     for (const RowGroup & group : g.parts.groups) {
         for (const GraphPart * gp : group.parts) {
@@ -424,13 +460,13 @@ void Engine::run_draft(const std::vector<DraftPart> & parts) {
             out.logits.resize(hp.n_vocab);
             out.z.resize(hp.n_embd);
             out.pools.resize(n_top_pool());
-            ggml_backend_tensor_get(g.logits[group_index], out.logits.data(), gp->out_row0 * hp.n_vocab * sizeof(float),
-                                    hp.n_vocab * sizeof(float));
-            ggml_backend_tensor_get(g.z[group_index], out.z.data(), gp->out_row0 * hp.n_embd * sizeof(float),
-                                    hp.n_embd * sizeof(float));
+            read_output(g.logits[group_index], out.logits.data(), gp->out_row0 * hp.n_vocab * sizeof(float),
+                        hp.n_vocab * sizeof(float), readbacks);
+            read_output(g.z[group_index], out.z.data(), gp->out_row0 * hp.n_embd * sizeof(float),
+                        hp.n_embd * sizeof(float), readbacks);
             if (g.pools[part_index - 1]) {
-                ggml_backend_tensor_get(g.pools[part_index - 1], out.pools.data(), (p.n - 1) * n_top_pool() * sizeof(int32_t),
-                                        n_top_pool() * sizeof(int32_t));
+                read_output(g.pools[part_index - 1], out.pools.data(), (p.n - 1) * n_top_pool() * sizeof(int32_t),
+                            n_top_pool() * sizeof(int32_t), readbacks);
                 canonical_pools(gp->kpool, out.pools.data(), n_top_pool(), p.n - 1);
             } else {
                 std::copy(p.saved_pools, p.saved_pools + n_top_pool(), out.pools.begin());
@@ -438,6 +474,7 @@ void Engine::run_draft(const std::vector<DraftPart> & parts) {
         }
         ++group_index;
     }
+    count(slot, g.gf, shape, g.parts, readbacks);
 }
 
 }  // namespace glm5next

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -15,8 +16,10 @@
 #include "ggml-alloc.h"
 #include "ggml-backend.h"
 #include "model/draft_weights.h"
+#include "model/kernel_limits.h"
 #include "model/model.h"
 #include "runtime/cache_cells.h"
+#include "runtime/graph_census.h"
 #include "runtime/graph_slot.h"
 #include "runtime/op_profile.h"
 #include "runtime/outputs.h"
@@ -104,6 +107,9 @@ public:
     const Model & model() const { return model_; }
     const Model & draft_model() const { return draft_model_; }  // the file the draft head's weights come from
     bool has_draft_head() const { return draft_weights_ != nullptr; }
+    // Whether a trunk step of several sequences is one pass over all their rows (graph/trunk.h, trunk_in_one_pass:
+    // the trunk multiplies on a GPU backend); Batch then bounds a step's rows by n_batch.
+    bool one_pass() const { return one_pass_; }
     bool index_share_mtp() const { return model_.hp.index_share_mtp; }
     int64_t n_top_pool() const { return model_.hp.idx_top_k / model_.hp.idx_kpool; }
     // Throws std::invalid_argument naming the first token id outside the vocabulary.
@@ -127,11 +133,18 @@ public:
     void profile_ops(bool on);
     // What profile_ops timed since it was turned on (empty when off).
     OpProfile op_profile() const;
+    // Takes the census of every graph run from now on (runtime/graph_census.h), its CUDA-graph blockers counted for
+    // compute capability cuda_cc; off: stops and forgets. Cheap (one pass over the nodes per run), not free: for
+    // glm5next-bench --census and tests, not for serving.
+    void census_graphs(bool on, int cuda_cc = kCudaCcHopper);
+    // The census of the last graph run of each kind (graph_kind, runtime/op_profile.h) since census_graphs was
+    // turned on (empty when off).
+    std::map<std::string, GraphCensus> graph_census() const;
     // Per device that holds weights, caches or compute buffers: the bytes of each (CPU last).
     std::vector<DeviceMemory> memory() const;
     const DraftWeights * draft_weights() const { return draft_weights_.get(); }  // null without a draft head
     // The ops that run on the CPU although their layer is placed on a device, because that device's kernel cannot
-    // take this model's shapes (runtime/kernel_limits.h), one line each for the load report; empty when none.
+    // take this model's shapes (model/kernel_limits.h), one line each for the load report; empty when none.
     const std::vector<std::string> & cpu_pinned_ops() const { return cpu_pinned_ops_; }
 
     // What sequences do on the engine: one at a time (a graph run, a cache read or write; ggml's device
@@ -153,7 +166,11 @@ public:
 private:
     // Where a graph of `shape` adds its op times while profile_ops is on (else null).
     GraphOpTimes * op_times(const GraphShape & shape);
-    // Fills pins_ and cpu_pinned_ops_ for the devices the scheduler runs on (runtime/kernel_limits.h).
+    // While census_graphs is on: the census of the graph `slot` ran last (of `shape`, its parts in groups), with
+    // the readbacks its outputs took.
+    void count(const GraphSlot & slot, ggml_cgraph * gf, const GraphShape & shape, const GraphParts & parts,
+               int64_t readbacks);
+    // Fills pins_ and cpu_pinned_ops_ for the devices the scheduler runs on (model/kernel_limits.h).
     void pin_unsupported_kernels(const std::vector<ggml_backend_dev_t> & devices);
 
     const Model & model_;
@@ -171,7 +188,10 @@ private:
     GraphSlot * last_ = nullptr;  // the one that ran last
     bool profile_traffic_ = false;
     std::optional<OpProfile> op_profile_;  // while profile_ops is on
+    std::optional<std::map<std::string, GraphCensus>> census_;  // while census_graphs is on
+    int census_cuda_cc_ = kCudaCcHopper;
     uint32_t reserved_n_ctx_ = 0;  // the n_ctx reserve sized the compute buffers for
+    bool one_pass_ = false;
     std::vector<const Sequence *> sequences_;
     uint64_t next_sequence_id_ = 1;
     mutable std::recursive_mutex mutex_;

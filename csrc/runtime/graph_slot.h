@@ -61,7 +61,7 @@ struct BufferEpoch {
 };
 
 // The devices whose kernels cannot run one of this model's ops although their backends claim it
-// (runtime/kernel_limits.h): a graph's op whose cache lives on such a device runs on the CPU instead.
+// (model/kernel_limits.h): a graph's op whose cache lives on such a device runs on the CPU instead.
 struct CpuPins {
     std::vector<ggml_backend_dev_t> no_gated_delta_net;  // KDA's recurrence: its head size is not instantiated there
 };

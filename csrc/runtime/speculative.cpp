@@ -198,10 +198,10 @@ void Generator::begin_prompt(const std::vector<int32_t> & prompt, bool cache_pro
     stats_.prompt_ms = ms_since(t0);
 }
 
-bool Generator::prompt_part(TrunkPart & part) {
+bool Generator::prompt_part(TrunkPart & part, int64_t max_rows) {
     const int64_t left = (int64_t) prompt_.size() - prompt_at_;
     if (!prompting_ || left <= 0) return false;
-    const int64_t n = seq_.prompt_ubatch(left);
+    const int64_t n = std::min(seq_.prompt_ubatch(left), max_rows);
     prompt_out_.n_tokens = n;
     prompt_out_.n_logit_rows = 1;
     prompt_out_.logits.resize(engine_.n_vocab());

@@ -169,10 +169,10 @@ private:
 
     // --- The phases (each graph-running step as its part, then what follows once it ran) ---
     // The prompt: begin_prompt keeps what the sequence can resume (start's cache_prompt); prompt_part gives the
-    // next ubatch of the rest (false when none is left), prompt_ran follows it; finish_prompt then samples the
-    // first token under `mask` and returns it.
+    // next ubatch of the rest, of at most max_rows rows (false when none is left), prompt_ran follows it;
+    // finish_prompt then samples the first token under `mask` and returns it.
     void begin_prompt(const std::vector<int32_t> & prompt, bool cache_prompt);
-    bool prompt_part(TrunkPart & part);
+    bool prompt_part(TrunkPart & part, int64_t max_rows = INT64_MAX);
     void prompt_ran(double ms);
     int32_t finish_prompt(const uint32_t * mask);
     // A round: begin_round chooses its drafts (begin_draft's limit); draft_part gives the next draft-head part

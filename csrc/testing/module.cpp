@@ -14,6 +14,7 @@
 #include "graph/delta_rule_ops.h"
 #include "graph/float_rows_ops.h"
 #include "graph/q8_0_rows_ops.h"
+#include "model/kernel_limits.h"
 #include "testing/helpers.h"
 
 namespace py = pybind11;
@@ -97,6 +98,15 @@ static ggml_type float_weight_type(const char *name, const std::string &weight_t
                                     weight_type + "\"");
     }
     return weight_type == "f16" ? GGML_TYPE_F16 : GGML_TYPE_F32;
+}
+
+// A ggml type by its name ("q8_0", "f32", ...); ValueError naming `name` for an unknown one.
+static ggml_type ggml_type_named(const char *name, const std::string &type_name) {
+    for (int t = 0; t < GGML_TYPE_COUNT; ++t) {
+        const char *n = ggml_type_name((ggml_type) t);
+        if (ggml_blck_size((ggml_type) t) > 0 && n != nullptr && type_name == n) return (ggml_type) t;
+    }
+    throw std::invalid_argument(std::string(name) + ": unknown ggml type \"" + type_name + "\"");
 }
 
 PYBIND11_MODULE(_testing, mod) {
@@ -423,4 +433,28 @@ Raises:
     ValueError: shapes that do not fit, a cell outside the rows, or the op not available here. RuntimeError: ggml
     failed.
 )doc");
+
+    mod.def("cuda_mul_mat_id_needs_sync",
+            [](const std::string &weight_type, int64_t k, int64_t m, int64_t n_experts, int64_t n_used, int64_t n_rows,
+               int cc) {
+                const ggml_type type = ggml_type_named("cuda_mul_mat_id_needs_sync", weight_type);
+                if (k < 1 || m < 1 || n_experts < 1 || n_used < 1 || n_used > n_experts || n_rows < 1 ||
+                    k % ggml_blck_size(type) != 0) {
+                    throw std::invalid_argument("cuda_mul_mat_id_needs_sync: shapes do not fit (k a multiple of the "
+                                                "type's block, 1 <= n_used <= n_experts, n_rows >= 1)");
+                }
+                ggml_context *ctx = ggml_init({ggml_tensor_overhead() * 8, nullptr, true});
+                ggml_tensor *w = ggml_new_tensor_3d(ctx, type, k, m, n_experts);
+                ggml_tensor *x = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, k, n_used, n_rows);
+                ggml_tensor *ids = ggml_new_tensor_2d(ctx, GGML_TYPE_I32, n_used, n_rows);
+                const bool out = glm5next::cuda_mul_mat_id_needs_sync(ggml_mul_mat_id(ctx, w, x, ids), cc);
+                ggml_free(ctx);
+                return out;
+            },
+            py::arg("weight_type"), py::arg("k"), py::arg("m"), py::arg("n_experts"), py::arg("n_used"),
+            py::arg("n_rows"), py::arg("cc"),
+            "Whether ggml-cuda takes its synchronizing MUL_MAT_ID fallback (turning CUDA graphs off) for experts "
+            "[k, m, n_experts] of `weight_type` (a ggml type name) applied to n_rows rows of n_used experts each, on "
+            "an NVIDIA GPU of compute capability cc (model/kernel_limits.h, the census's rule). ValueError for an "
+            "unknown type or shapes that do not fit.");
 }

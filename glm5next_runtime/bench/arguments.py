@@ -107,6 +107,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("-npl", type=_int_list("-npl", 1), default=[], metavar="B,...",
                    help="llama-batched-bench's table instead: B sequences at once, each -npp prompt tokens then -ntg "
                         "generated ones (bench/batched.py); with --llama-cpp, llama.cpp's on the same file")
+    p.add_argument("--census", action="store_true",
+                   help="-npl: after the table, glm5next's graph census per graph kind: compute nodes by device, "
+                        "splits, row groups, products, one-matrix MUL_MAT_IDs, CUDA-graph blockers (Hopper's rule; an "
+                        "RPC device counts as CUDA with GLM5NEXT_RPC_BACKEND=CUDA) and device reads per run")
     p.add_argument("-npp", type=_positive("-npp"), default=128, help="-npl: prompt tokens per sequence (default 128)")
     p.add_argument("-ntg", type=_positive("-ntg"), default=128, help="-npl: generated tokens per sequence (default 128)")
     p.add_argument("--spec-prompts", type=Path, nargs="+", default=[], metavar="FILE",

@@ -29,14 +29,20 @@ class OursBatched:
     key = "glm5next"
 
     def __init__(self, path: Path, n_ctx: int, threads: int, n_batch: int, n_seq: int,
-                 placement: dict[str, Any] | None = None):
-        """placement: Model's rpc / n_gpu_layers / cpu_moe / cache_type_k / warmup keywords (None: the CPU alone)."""
+                 placement: dict[str, Any] | None = None, census: bool = False):
+        """placement: Model's rpc / n_gpu_layers / cpu_moe / cache_type_k / warmup keywords (None: the CPU alone);
+        census: take the census of every graph run (_core.Engine.census_graphs; read by census())."""
         from ..model import Model
         self.models = [Model(path, n_ctx=n_ctx, n_threads=threads, n_batch=n_batch, n_seq_max=n_seq,
                              **(placement or {}))]
         self.backend = ",".join(sorted(set(self.models[0].placement().values())))
         self.models += [self.models[0].another_sequence() for _ in range(n_seq - 1)]
         self._policies: dict[int, _core.DraftLengthPolicy] = {}  # the batch's, by n_max: learned over the runs
+        self.models[0].engine.census_graphs(census)
+
+    def census(self) -> dict[str, dict[str, Any]]:
+        """The census of the last graph of each kind run (_core.Engine.graph_census; empty without census)."""
+        return self.models[0].engine.graph_census()
 
     def run(self, prompts: Sequence[list[int]], n_gen: int, spec: Any) -> tuple[float, float, int]:
         """(prompt seconds, generation seconds, tokens generated) of len(prompts) sequences; spec: a
@@ -162,13 +168,15 @@ def prompts_of(ours: OursBatched, n: int, n_prompt: int, seed: int, texts: list[
 
 def run_batched(path: Path, npl: list[int], n_prompt: int, n_gen: int, threads: int, n_batch: int, repetitions: int,
                 spec: list[Any], llama_cpp: bool, seed: int, texts: list[str],
-                placement: dict[str, Any]) -> list[dict[str, Any]]:
+                placement: dict[str, Any], census: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """The table's rows: per B in npl, per engine (and draft-MTP length: bench.SpecLength entries), the median S_PP
     and S_TG of `repetitions` runs after a warm-up run, and where each engine ran (backend). placement: glm5next's
     Model keywords (rpc, n_gpu_layers, cpu_moe, cache_type_k, warmup); llama.cpp takes n_gpu_layers and
-    cache_type_k from it."""
+    cache_type_k from it. census: a dict that receives glm5next's graph census by graph kind
+    (_core.Engine.graph_census), taken over every run."""
     n_ctx = n_prompt + n_gen + 16
-    engines: list[Any] = [OursBatched(path, n_ctx, threads, n_batch, max(npl), placement)]
+    ours = OursBatched(path, n_ctx, threads, n_batch, max(npl), placement, census is not None)
+    engines: list[Any] = [ours]
     if llama_cpp:
         engines.append(LlamaCppBatched(path, n_ctx, threads, n_batch, max(npl), placement["n_gpu_layers"],
                                        placement["cache_type_k"]))
@@ -187,6 +195,8 @@ def run_batched(path: Path, npl: list[int], n_prompt: int, n_gen: int, threads: 
             rows.append({"engine": key if length is None else f"{key} {length}", "backend": backend,
                          "pp": n_prompt, "tg": n_gen, "b": b, "s_pp": statistics.median(b * n_prompt / o[0] for o in outs),
                          "s_tg": statistics.median(o[2] / o[1] for o in outs)})
+    if census is not None:
+        census.update(ours.census())
     return rows
 
 
@@ -196,4 +206,16 @@ def render_batched_md(rows: list[dict[str, Any]]) -> str:
     for r in rows:
         out.append(f"| {r['engine']} | {r['backend']} | {r['pp']} | {r['tg']} | {r['b']} | {r['s_pp']:.1f} "
                    f"| {r['s_tg']:.1f} |")
+    return "\n".join(out)
+
+
+def render_census_md(census: dict[str, dict[str, Any]]) -> str:
+    """--census's table: per graph kind its compute nodes (by device), splits, row groups, parts, products, one-matrix
+    MUL_MAT_IDs, CUDA-graph blockers and device reads per run (runtime/graph_census.h)."""
+    out = ["| graph | nodes | by device | splits | row groups | parts | products | one-matrix ids "
+           "| CUDA-graph blockers | readbacks |", "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for kind, c in sorted(census.items()):
+        devices = ", ".join(f"{d} {n}" for d, n in sorted(c["by_device"].items()))
+        out.append(f"| {kind} | {c['nodes']} | {devices} | {c['splits']} | {c['row_groups']} | {c['parts']} "
+                   f"| {c['products']} | {c['one_matrix_id']} | {c['cuda_graph_blockers']} | {c['readbacks']} |")
     return "\n".join(out)

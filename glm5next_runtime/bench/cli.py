@@ -125,6 +125,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as e:  # returned, not raised, so that main() is callable (exit 2 on bad flags, 0 on -h)
         return e.code if isinstance(e.code, int) else 2
     try:
+        if args.census and not args.npl:
+            raise BenchError("--census takes the census of -npl's graphs: give -npl")
         if args.npl:
             return _main_batched(args)
         report = run(args)
@@ -149,17 +151,23 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main_batched(args: argparse.Namespace) -> int:
     """-npl: the batched table (batched.py) in the chosen output format."""
-    from .batched import render_batched_md, run_batched
+    from .batched import render_batched_md, render_census_md, run_batched
     if not args.model.is_file():
         raise BenchError(f"model file not found: {args.model}")
     if args.llama_cpp and (args.rpc or args.cpu_moe):
         raise BenchError("-npl --llama-cpp places llama.cpp's layers with -ngl alone (llama-cpp-python's "
                          "n_gpu_layers, on the GPU it was built for): --rpc and --cpu-moe have no counterpart there")
+    census: dict[str, Any] | None = {} if args.census else None
     try:
         rows = run_batched(args.model, args.npl, args.npp, args.ntg, args.threads, args.batch_size, args.repetitions,
                            args.spec_n_max, args.llama_cpp, args.seed, [_read_text(f) for f in args.spec_prompts],
-                           _placement(args))
+                           _placement(args), census)
     except (ValueError, RuntimeError, OSError) as e:
         raise BenchError(str(e)) from None
-    print(json.dumps(rows, indent=2) if args.output == "json" else render_batched_md(rows))
+    if args.output == "json":
+        print(json.dumps(rows if census is None else {"rows": rows, "census": census}, indent=2))
+    else:
+        print(render_batched_md(rows))
+        if census is not None:
+            print("\n" + render_census_md(census))
     return 0

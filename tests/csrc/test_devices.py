@@ -85,6 +85,22 @@ def test_placed_model_gives_the_cpu_logits_and_selections(predictable_gguf, devi
     assert selections == want_selections
 
 
+def test_a_device_declared_cuda_gives_the_cpu_logits_and_selections(predictable_gguf, devices, cpu_only, monkeypatch):
+    """A GPU backend multiplies a ubatch's rows in one plain product (model/kernel_limits.h, multiplies_rows_alone),
+    not row by row: declared CUDA, the CPU behind this RPC device takes tinyBLAS for the 4-row ubatch's products too
+    (and its 56-row one's, as before). An f32 file's logits stay within 1e-4 of the CPU-only ones (the bound the
+    placed path promises, docs/runtime.md) and every DSA layer selects the same keys."""
+    from glm5next_runtime import Model
+    monkeypatch.setenv("GLM5NEXT_RPC_BACKEND", "CUDA")
+    m = Model(predictable_gguf, n_ctx=256, n_threads=2, n_gpu_layers=99, devices=[device_name(devices[0])])
+    m.engine.census_graphs(True)
+    logits, selections = run(m)
+    assert m.engine.graph_census()["prefill 4 rows"]["one_matrix_id"] == 0  # the route this test is about
+    want_logits, want_selections = cpu_only
+    assert np.abs(logits - want_logits).max() <= 1e-4
+    assert selections == want_selections
+
+
 @pytest.mark.parametrize("placement", sorted(PLACEMENTS))
 def test_greedy_draft_mtp_equals_plain_decoding_when_placed(predictable_gguf, devices, placement):
     from glm5next_runtime import Model
@@ -170,16 +186,20 @@ def test_separate_draft_file_is_placed_too(checkpoints, devices, draft_on):
 
 
 @pytest.mark.parametrize("n_seq_max", [1, 3])
-@pytest.mark.parametrize("placement", ["ngl-all", "ngl-all-cpu-moe", "ngl-partial"])
-def test_sequences_batched_on_a_placed_model_decode_as_alone(predictable_gguf, devices, placement, n_seq_max):
+@pytest.mark.parametrize("placement, backend", [("ngl-all", "RPC"), ("ngl-all-cpu-moe", "RPC"), ("ngl-partial", "RPC"),
+                                                ("ngl-all", "CUDA")])
+def test_sequences_batched_on_a_placed_model_decode_as_alone(predictable_gguf, devices, placement, backend, n_seq_max,
+                                                             monkeypatch):
     """The slots' rounds batched (glm5next_runtime/scheduler.py) on a model placed on devices: each sequence's part
     of a graph runs on the devices of its layers, with ggml's standard ops there. Those multiply several rows with
     the device's own kernels, which need not round as one row alone does (on the CPU a row's bits are its bits
     alone, graph/parts.h): here greedy tokens are held equal and log-probabilities close (f32). n_seq_max 1: the
     later sequences keep caches of their own; 3: all are cells of the engine's on the devices (runtime/cache_cells.h),
-    as the server makes its slots."""
+    as the server makes its slots. Declared CUDA, the device multiplies a step's rows in one plain product each
+    (model/kernel_limits.h): the CPU behind it rounds them with tinyBLAS, not row by row."""
     from glm5next_runtime import Model
     from glm5next_runtime.scheduler import Scheduler
+    monkeypatch.setenv("GLM5NEXT_RPC_BACKEND", backend)
     a, b = (device_name(e) for e in devices)
     first = Model(predictable_gguf, n_ctx=512, n_batch=32, n_threads=2, draft_adaptive=False, n_seq_max=n_seq_max,
                   **PLACEMENTS[placement](a, b))
@@ -241,7 +261,7 @@ def test_a_rejected_draft_rolls_the_kda_state_back_on_the_device(checkpoints, rp
 @pytest.mark.parametrize("head_dim, pinned", [(24, True), (16, False)])
 def test_a_kda_head_size_the_device_kernel_lacks_runs_on_the_cpu(checkpoints, devices, monkeypatch, head_dim, pinned):
     """ggml-cuda's gated_delta_net is built for head sizes 16, 32, 64 and 128 and aborts on another, though it claims
-    the op (runtime/kernel_limits.h). With the RPC servers declared CUDA (GLM5NEXT_RPC_BACKEND), a fully offloaded
+    the op (model/kernel_limits.h). With the RPC servers declared CUDA (GLM5NEXT_RPC_BACKEND), a fully offloaded
     model of head size 24 runs KDA's recurrence on the CPU (more graph splits than placed as plain RPC), says so, and
     gives the CPU-only logits; one of head size 16 keeps it on the device."""
     from glm5next_runtime import Model

@@ -19,7 +19,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 ENGINE = ("csrc/model/", "csrc/graph/", "csrc/runtime/")
-GUARDED = ("csrc/graph/q8_0_rows_ops.cpp", "csrc/graph/float_rows_ops.cpp", "csrc/graph/sparse_attention_ops.cpp")
+GUARDED = ("csrc/graph/q8_0_rows_ops.cpp", "csrc/graph/float_rows_ops.cpp", "csrc/graph/sparse_attention_ops.cpp",
+           "csrc/graph/mhc_ops.cpp")
 # what only x86-64 compilers take: intrinsics and their vector types, target attributes, the CPU feature builtins
 X86_ONLY = re.compile(r"\b_mm\d*_\w+|\b__m(128|256|512)\w*|\btarget(_clones)?\s*\(|__builtin_cpu_\w+|immintrin")
 
