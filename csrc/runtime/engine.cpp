@@ -363,11 +363,11 @@ void Engine::run_trunk(const std::vector<TrunkPart> & parts) {
             } else if (row0 + n == out.n_tokens) {
                 read_output(g.logits[group_index], out.logits.data(), logits_at, hp.n_vocab * sizeof(float), readbacks);
             }
-            if (out.pools.empty()) {
+            if (p.selections && out.pools.empty()) {
                 out.dsa_layers = g.dsa_layers;
                 out.pools.resize(gp->selections.size());
             }
-            for (size_t i = 0; i < gp->selections.size(); ++i) {
+            for (size_t i = 0; p.selections && i < gp->selections.size(); ++i) {
                 std::vector<int32_t> & dst = out.pools[i];
                 dst.resize((row0 + n) * k);
                 read_output(gp->selections[i], dst.data() + row0 * k, 0, n * k * sizeof(int32_t), readbacks);

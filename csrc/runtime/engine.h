@@ -58,10 +58,14 @@ struct TrunkPart {
     int64_t n = 0;            // 1..n_batch rows at the sequence's end
     bool all_logits = false;  // logits of every row (else of the last)
     bool verify = false;      // provisional rows with per-row KDA snapshots: Sequence::commit(n_keep) follows
-    // Receives the rows' hidden states at rows out_row0.. of out->hidden, their selections likewise, and the logits
-    // (every row's at out_row0.., or the last row's when out_row0 + n == out->n_tokens); sized by the caller.
+    // Receives the rows' hidden states at rows out_row0.. of out->hidden, their selections likewise (with
+    // `selections`), and the logits (every row's at out_row0.., or the last row's when out_row0 + n == out->n_tokens);
+    // sized by the caller.
     EvalOutput * out = nullptr;
     int64_t out_row0 = 0;
+    // Read each DSA layer's selection back (Sequence::eval's inspection, Model.selected_positions): a generation does
+    // not read them, and on a device each is one more read that waits for it (runtime/graph_census.h, readbacks).
+    bool selections = true;
 };
 
 // One sequence's rows in a draft-head ubatch (Engine::run_draft): (hidden[i], tokens[i]) at positions pos0..

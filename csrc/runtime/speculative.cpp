@@ -206,7 +206,7 @@ bool Generator::prompt_part(TrunkPart & part, int64_t max_rows) {
     prompt_out_.n_logit_rows = 1;
     prompt_out_.logits.resize(engine_.n_vocab());
     prompt_out_.hidden.resize(n * engine_.n_embd());
-    part = TrunkPart{&seq_, prompt_.data() + prompt_at_, n, false, false, &prompt_out_, 0};
+    part = TrunkPart{&seq_, prompt_.data() + prompt_at_, n, false, false, &prompt_out_, 0, false};
     return true;
 }
 
@@ -435,7 +435,7 @@ TrunkPart Generator::verify_part(int64_t n_keep) {
     verify_out_.n_tokens = verify_out_.n_logit_rows = n;
     verify_out_.logits.resize(n * engine_.n_vocab());
     verify_out_.hidden.resize(n * engine_.n_embd());
-    return TrunkPart{&seq_, verify_tokens_.data(), n, true, true, &verify_out_, 0};
+    return TrunkPart{&seq_, verify_tokens_.data(), n, true, true, &verify_out_, 0, false};
 }
 
 std::vector<int32_t> Generator::verify_ran(const uint32_t * masks, double ms, bool timed, bool batched) {

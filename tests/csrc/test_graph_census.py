@@ -147,18 +147,24 @@ def test_the_census_counts_the_cuda_graph_blockers_of_f32_experts_before_ampere(
 
 
 def test_the_census_counts_each_read_of_device_memory(tiny_q8_0, device):
-    """A decode step of one sequence reads its hidden row, its logits and its selection of every DSA layer back
-    from the device (each read waits for it); on the CPU nothing is a device read."""
+    """A decode step of one sequence evaluated for inspection (Model.eval) reads its hidden row, its logits and its
+    selection of every DSA layer back from the device (each read waits for it); a generation's decode step reads
+    the hidden row and the logits alone (nothing reads its selections). On the CPU nothing is a device read."""
     from glm5next_runtime import Model
     prompt = random_tokens(30, seed=3)
-    for placement, want in ((dict(n_gpu_layers=99, devices=[device]), None), (dict(devices=["none"]), 0)):
+    for placement, on_device in ((dict(n_gpu_layers=99, devices=[device]), True), (dict(devices=["none"]), False)):
         m = Model(tiny_q8_0, n_ctx=128, n_threads=2, spec_type="none", **placement)
         m.engine.census_graphs(True)
         m.eval(prompt)
         m.eval(prompt[:1])
         decode = m.engine.graph_census()["decode 1 row"]
-        assert decode["readbacks"] == (2 + len(m.dsa_layers) if want is None else want)
-        assert decode["splits"] == (2 if want is None else 1)
+        assert decode["readbacks"] == (2 + len(m.dsa_layers) if on_device else 0)
+        assert decode["splits"] == (2 if on_device else 1)
+        m.reset()
+        g = m.generator(n_max=0, temperature=0)
+        g.start(prompt)
+        g.step()
+        assert m.engine.graph_census()["decode 1 row"]["readbacks"] == (2 if on_device else 0)
 
 
 def test_the_census_is_empty_until_asked_and_forgets_when_stopped(tiny_q8_0):
