@@ -19,7 +19,8 @@
 #
 # Usage: scripts/gpu_check.sh [--rpc HOST:PORT|local] [-t THREADS]   (Python 3.11+; transformers not needed)
 #   --rpc: a dry run with a ggml RPC server as the device (no GPU needed); "local" starts glm5next-rpc-server on
-#          loopback for the run. Without it the GPU ggml was built for is the device: when nvidia-smi answers and
+#          loopback for the run. The server is declared CUDA (GLM5NEXT_RPC_BACKEND=CUDA unless set otherwise), so
+#          that the dry run takes a GPU's routes: plain products, one pass per step, CUDA's kernel limits. Without it the GPU ggml was built for is the device: when nvidia-smi answers and
 #          ggml lists no CUDA device, the venv's llama-cpp-python is rebuilt with CUDA first (scripts/setup.sh with
 #          CMAKE_ARGS=-DGGML_CUDA=ON; 5-15 minutes, once).
 # Environment: VENV (default .venv), GPU_CHECK_DIR (the models' folder, default /tmp/glm5next-gpu-check),
@@ -48,7 +49,10 @@ if [ -z "$RPC" ]; then
         CMAKE_ARGS="-DGGML_CUDA=ON${CMAKE_ARGS:+ $CMAKE_ARGS}" VENV="$VENV" bash scripts/setup.sh
     fi
     devices | grep -qE 'CUDA|ROCm|Vulkan|Metal|MUSA' || { echo "gpu_check.sh: ggml lists no GPU ($(devices)); use --rpc for a dry run" >&2; exit 1; }
-elif [ "$RPC" = local ]; then
+else
+    export GLM5NEXT_RPC_BACKEND="${GLM5NEXT_RPC_BACKEND:-CUDA}"
+fi
+if [ "$RPC" = local ]; then
     RPC="127.0.0.1:$((50100 + RANDOM % 800))"
     mkdir -p "$DIR"
     "$VENV/bin/glm5next-rpc-server" --host "${RPC%:*}" --port "${RPC#*:}" -t "$THREADS" >"$DIR/rpc.log" 2>&1 &

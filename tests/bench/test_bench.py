@@ -342,3 +342,26 @@ def test_batched_table_runs_placed(capsys, tiny_q8, rpc_servers):
 def test_batched_llama_cpp_refuses_what_it_cannot_place(capsys, tiny_q8, flag):
     rc, _, err = _run(capsys, ["-m", str(tiny_q8), "-npl", "1", "--llama-cpp", "-ngl", "99", *flag])
     assert rc == 2 and "--rpc and --cpu-moe have no counterpart there" in err
+
+
+def test_batched_census_counts_the_graphs_of_the_run(capsys, tiny_q8):
+    """-npl --census: after the table, glm5next's graph census by graph kind (runtime/graph_census.h): in JSON beside
+    the rows, in markdown as a second table; a CPU-only run's graphs run on the CPU alone and read no device memory.
+    Without -npl it is refused."""
+    rc, out, err = _run(capsys, ["-m", str(tiny_q8), "-npl", "1,2", "-npp", "12", "-ntg", "3", "-r", "1", "-t", "1",
+                                 "-b", "8", "--census", "-o", "json"])
+    assert rc == 0, err
+    report = json.loads(out)
+    assert [r["b"] for r in report["rows"]] == [1, 2]
+    census = report["census"]
+    assert {"decode 1 row", "decode 2 rows x 2 sequences"} <= set(census)
+    for kind, c in census.items():
+        assert c["by_device"] == {"CPU": c["nodes"]} and c["splits"] == 1 and c["readbacks"] == 0, kind
+        assert c["products"] > 0 and c["cuda_graph_blockers"] == 0, kind
+    assert census["decode 2 rows x 2 sequences"]["parts"] == 2
+    rc, out, err = _run(capsys, ["-m", str(tiny_q8), "-npl", "1", "-npp", "12", "-ntg", "2", "-r", "1", "-t", "1",
+                                 "-b", "8", "--census"])
+    assert rc == 0, err
+    assert "| graph | nodes | by device |" in out and "| decode 1 row |" in out
+    rc, _, err = _run(capsys, ["-m", str(tiny_q8), *SMALL, "--census"])
+    assert rc == 2 and "--census takes the census of -npl's graphs" in err
