@@ -96,7 +96,8 @@ def parser() -> argparse.ArgumentParser:
                    help="draft-MTP rows: drafts per round, comma-separated; auto or autoN: adaptive draft lengths, "
                         "at most 3 or N (default: no speculative rows)")
     p.add_argument("--spec-accept", type=float, default=None, metavar="L",
-                   help="synthetic acceptance: mean accepted length per round (accepted drafts + 1), e.g. 3.61")
+                   help="synthetic acceptance: mean accepted length per round (accepted drafts + 1), e.g. 3.61; for "
+                        "the draft-MTP rows and -npl's")
     p.add_argument("--spec-index-share", type=_choice_list("--spec-index-share", ("auto", "on", "off")),
                    default=["auto"], help="index sharing of the draft steps, comma-separated (auto, on, off)")
     p.add_argument("--op-profile", action="store_true",

@@ -38,17 +38,22 @@ class OursBatched:
         self.backend = ",".join(sorted(set(self.models[0].placement().values())))
         self.models += [self.models[0].another_sequence() for _ in range(n_seq - 1)]
         self._policies: dict[int, _core.DraftLengthPolicy] = {}  # the batch's, by n_max: learned over the runs
+        self.accepted_len = 0.0  # the last run's mean accepted length per drafting round
         self.models[0].engine.census_graphs(census)
 
     def census(self) -> dict[str, dict[str, Any]]:
         """The census of the last graph of each kind run (_core.Engine.graph_census; empty without census)."""
         return self.models[0].engine.graph_census()
 
-    def run(self, prompts: Sequence[list[int]], n_gen: int, spec: Any) -> tuple[float, float, int]:
+    def run(self, prompts: Sequence[list[int]], n_gen: int, spec: Any,
+            accept: float | None = None) -> tuple[float, float, int]:
         """(prompt seconds, generation seconds, tokens generated) of len(prompts) sequences; spec: a
-        bench.SpecLength (n_max drafts per round, or adaptive lengths up to it), or None: no drafts."""
+        bench.SpecLength (n_max drafts per round, or adaptive lengths up to it), or None: no drafts; accept: a
+        synthetic mean accepted length per round (--spec-accept: accepted drafts + 1), or None: real acceptance."""
         n_max, adaptive = (spec.n_max, spec.adaptive) if spec else (0, False)
-        gens = [m.generator(n_max=n_max, adaptive=adaptive, temperature=0, seed=0) for m in self.models[:len(prompts)]]
+        synthetic = -1.0 if accept is None or not spec else accept - 1.0
+        gens = [m.generator(n_max=n_max, adaptive=adaptive, temperature=0, seed=0, synthetic_accepted=synthetic)
+                for m in self.models[:len(prompts)]]
         batch = _core.Batch(self.models[0].engine)
         policy = self._policies.setdefault(n_max, self.models[0].new_draft_length_policy(n_max)) if adaptive else None
         for g, p in zip(gens, prompts):
@@ -67,6 +72,8 @@ class OursBatched:
         t_tg = time.perf_counter() - t0
         for g in gens:
             g.finish()
+        # accepted drafts + 1 per drafting round, over the sequences (0 when no round drafted)
+        self.accepted_len = statistics.mean(g.stats["mean_accepted_length"] for g in gens)
         return t_pp, t_tg, sum(min(m, n_gen) for m in made)
 
     @staticmethod
@@ -168,12 +175,14 @@ def prompts_of(ours: OursBatched, n: int, n_prompt: int, seed: int, texts: list[
 
 def run_batched(path: Path, npl: list[int], n_prompt: int, n_gen: int, threads: int, n_batch: int, repetitions: int,
                 spec: list[Any], llama_cpp: bool, seed: int, texts: list[str],
-                placement: dict[str, Any], census: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+                placement: dict[str, Any], census: dict[str, Any] | None = None,
+                spec_accept: float | None = None) -> list[dict[str, Any]]:
     """The table's rows: per B in npl, per engine (and draft-MTP length: bench.SpecLength entries), the median S_PP
     and S_TG of `repetitions` runs after a warm-up run, and where each engine ran (backend). placement: glm5next's
     Model keywords (rpc, n_gpu_layers, cpu_moe, cache_type_k, warmup); llama.cpp takes n_gpu_layers and
     cache_type_k from it. census: a dict that receives glm5next's graph census by graph kind
-    (_core.Engine.graph_census), taken over every run."""
+    (_core.Engine.graph_census), taken over every run. spec_accept: the draft-MTP rows' synthetic mean accepted
+    length per round (their engine names say it: "glm5next mtp3 @2.5"), or None: real acceptance."""
     n_ctx = n_prompt + n_gen + 16
     ours = OursBatched(path, n_ctx, threads, n_batch, max(npl), placement, census is not None)
     engines: list[Any] = [ours]
@@ -184,17 +193,22 @@ def run_batched(path: Path, npl: list[int], n_prompt: int, n_gen: int, threads: 
     for b in npl:
         prompts = prompts_of(engines[0], b, n_prompt, seed, texts)
         runs: dict[tuple[str, Any], list[tuple[float, float, int]]] = {}
+        accepted: dict[Any, list[float]] = {}  # draft-MTP rows: mean accepted length per run
         for rep in range(repetitions + 1):  # the first: a warm-up, not counted
             for engine in engines:
                 for length in [None, *spec] if engine.key == "glm5next" else [None]:
-                    out = engine.run(prompts, n_gen, length)
+                    out = engine.run(prompts, n_gen, length, spec_accept) if length else engine.run(prompts, n_gen, None)
                     if rep:
                         runs.setdefault((engine.key, length), []).append(out)
+                        if length:
+                            accepted.setdefault(length, []).append(engine.accepted_len)
         for (key, length), outs in runs.items():
             backend = next(e.backend for e in engines if e.key == key)
-            rows.append({"engine": key if length is None else f"{key} {length}", "backend": backend,
+            name = key if length is None else f"{key} {length}" + ("" if spec_accept is None else f" @{spec_accept:g}")
+            rows.append({"engine": name, "backend": backend,
                          "pp": n_prompt, "tg": n_gen, "b": b, "s_pp": statistics.median(b * n_prompt / o[0] for o in outs),
-                         "s_tg": statistics.median(o[2] / o[1] for o in outs)})
+                         "s_tg": statistics.median(o[2] / o[1] for o in outs)}
+                        | ({"accepted_len": statistics.median(accepted[length])} if length else {}))
     if census is not None:
         census.update(ours.census())
     return rows

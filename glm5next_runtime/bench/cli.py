@@ -37,8 +37,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     path: Path = args.model
     if not path.is_file():
         raise BenchError(f"model file not found: {path}")
-    if args.spec_accept is not None and args.spec_accept < 1:
-        raise BenchError(f"--spec-accept {args.spec_accept}: a mean accepted length per round is >= 1")
     if args.spec_prompts and not args.spec_n_max:
         raise BenchError("--spec-prompts needs --spec-n-max (they are the draft-MTP rows' prompts)")
     if args.op_profile and not args.spec_n_max:
@@ -125,6 +123,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as e:  # returned, not raised, so that main() is callable (exit 2 on bad flags, 0 on -h)
         return e.code if isinstance(e.code, int) else 2
     try:
+        if args.spec_accept is not None and args.spec_accept < 1:
+            raise BenchError(f"--spec-accept {args.spec_accept}: a mean accepted length per round is >= 1")
         if args.census and not args.npl:
             raise BenchError("--census takes the census of -npl's graphs: give -npl")
         if args.npl:
@@ -161,7 +161,7 @@ def _main_batched(args: argparse.Namespace) -> int:
     try:
         rows = run_batched(args.model, args.npl, args.npp, args.ntg, args.threads, args.batch_size, args.repetitions,
                            args.spec_n_max, args.llama_cpp, args.seed, [_read_text(f) for f in args.spec_prompts],
-                           _placement(args), census)
+                           _placement(args), census, args.spec_accept)
     except (ValueError, RuntimeError, OSError) as e:
         raise BenchError(str(e)) from None
     if args.output == "json":

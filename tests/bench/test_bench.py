@@ -365,3 +365,21 @@ def test_batched_census_counts_the_graphs_of_the_run(capsys, tiny_q8):
     assert "| graph | nodes | by device |" in out and "| decode 1 row |" in out
     rc, _, err = _run(capsys, ["-m", str(tiny_q8), *SMALL, "--census"])
     assert rc == 2 and "--census takes the census of -npl's graphs" in err
+
+
+def test_batched_draft_rows_take_a_synthetic_acceptance(capsys, tiny_q8):
+    """-npl --spec-accept L: the draft-MTP rows' rounds accept L - 1 drafts on average whatever the target says (as
+    the llama-bench draft-MTP rows do), their engine names say so, and each row reports the mean accepted length its
+    runs had: 3 for 2 drafts all accepted. Without it the random file's drafts are rejected."""
+    args = ["-m", str(tiny_q8), "-npl", "1,2", "-npp", "12", "-ntg", "6", "-r", "1", "-t", "1", "-b", "8",
+            "--spec-n-max", "2", "-o", "json"]
+    rc, out, err = _run(capsys, [*args, "--spec-accept", "3"])
+    assert rc == 0, err
+    rows = [r for r in json.loads(out) if "mtp" in r["engine"]]
+    assert [(r["engine"], r["b"]) for r in rows] == [("glm5next mtp2 @3", 1), ("glm5next mtp2 @3", 2)]
+    assert all(r["accepted_len"] == 3.0 for r in rows)
+    rc, out, err = _run(capsys, args)
+    assert rc == 0, err
+    assert all(r["accepted_len"] < 3.0 for r in json.loads(out) if "mtp" in r["engine"])
+    rc, _, err = _run(capsys, [*args, "--spec-accept", "0.5"])
+    assert rc == 2 and "a mean accepted length per round is >= 1" in err
