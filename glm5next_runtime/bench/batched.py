@@ -45,7 +45,7 @@ class OursBatched:
         """The census of the last graph of each kind run (_core.Engine.graph_census; empty without census)."""
         return self.models[0].engine.graph_census()
 
-    def run(self, prompts: Sequence[list[int]], n_gen: int, spec: Any,
+    def run(self, prompts: Sequence[list[int]], n_gen: int, spec: Any = None,
             accept: float | None = None) -> tuple[float, float, int]:
         """(prompt seconds, generation seconds, tokens generated) of len(prompts) sequences; spec: a
         bench.SpecLength (n_max drafts per round, or adaptive lengths up to it), or None: no drafts; accept: a
@@ -197,7 +197,8 @@ def run_batched(path: Path, npl: list[int], n_prompt: int, n_gen: int, threads: 
         for rep in range(repetitions + 1):  # the first: a warm-up, not counted
             for engine in engines:
                 for length in [None, *spec] if engine.key == "glm5next" else [None]:
-                    out = engine.run(prompts, n_gen, length, spec_accept) if length else engine.run(prompts, n_gen, None)
+                    # (llama.cpp's rows and glm5next's plain ones take no acceptance)
+                    out = engine.run(prompts, n_gen, length, spec_accept) if length else engine.run(prompts, n_gen)
                     if rep:
                         runs.setdefault((engine.key, length), []).append(out)
                         if length:
@@ -205,10 +206,10 @@ def run_batched(path: Path, npl: list[int], n_prompt: int, n_gen: int, threads: 
         for (key, length), outs in runs.items():
             backend = next(e.backend for e in engines if e.key == key)
             name = key if length is None else f"{key} {length}" + ("" if spec_accept is None else f" @{spec_accept:g}")
-            rows.append({"engine": name, "backend": backend,
-                         "pp": n_prompt, "tg": n_gen, "b": b, "s_pp": statistics.median(b * n_prompt / o[0] for o in outs),
-                         "s_tg": statistics.median(o[2] / o[1] for o in outs)}
-                        | ({"accepted_len": statistics.median(accepted[length])} if length else {}))
+            row = {"engine": name, "backend": backend, "pp": n_prompt, "tg": n_gen, "b": b,
+                   "s_pp": statistics.median(b * n_prompt / o[0] for o in outs),
+                   "s_tg": statistics.median(o[2] / o[1] for o in outs)}
+            rows.append(row | ({"accepted_len": statistics.median(accepted[length])} if length else {}))
     if census is not None:
         census.update(ours.census())
     return rows
