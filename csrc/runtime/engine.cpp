@@ -1,6 +1,7 @@
 #include "runtime/engine.h"
 
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -289,6 +290,30 @@ void read_output(const ggml_tensor * t, void * dst, size_t offset, size_t size, 
     readbacks += reads_device_memory(t) ? 1 : 0;
 }
 
+// A row group's output (its hidden rows, logits, a draft step's z) as its parts read it: in device memory the whole
+// tensor is read once, at the first part's read (one wait for the device per group, not one per sequence); in host
+// memory each part's bytes are read where they are.
+class GroupOutput {
+public:
+    GroupOutput(const ggml_tensor * t, int64_t & readbacks) : t_(t), readbacks_(readbacks) {}
+    void read(void * dst, size_t offset, size_t size) {
+        if (!reads_device_memory(t_)) {
+            read_output(t_, dst, offset, size, readbacks_);
+            return;
+        }
+        if (host_.empty()) {
+            host_.resize(ggml_nbytes(t_));
+            read_output(t_, host_.data(), 0, host_.size(), readbacks_);
+        }
+        std::memcpy(dst, host_.data() + offset, size);
+    }
+
+private:
+    const ggml_tensor * t_;
+    int64_t & readbacks_;
+    std::vector<char> host_;
+};
+
 template <typename Part>
 void check_distinct(const std::vector<Part> & parts) {
     for (size_t i = 0; i < parts.size(); ++i) {
@@ -350,18 +375,18 @@ void Engine::run_trunk(const std::vector<TrunkPart> & parts) {
     int64_t readbacks = 0;
     size_t part_index = 0, group_index = 0;
     for (const RowGroup & group : g.parts.groups) {
+        GroupOutput hidden(g.hidden[group_index], readbacks), logits(g.logits[group_index], readbacks);
         for (const GraphPart * gp : group.parts) {
             const TrunkPart & p = parts[order[part_index++]];
             EvalOutput & out = *p.out;
             const int64_t n = p.n, row0 = p.out_row0;
-            read_output(g.hidden[group_index], out.hidden.data() + row0 * hp.n_embd,
-                        gp->row0 * hp.n_embd * sizeof(float), n * hp.n_embd * sizeof(float), readbacks);
+            hidden.read(out.hidden.data() + row0 * hp.n_embd, gp->row0 * hp.n_embd * sizeof(float),
+                        n * hp.n_embd * sizeof(float));
             const size_t logits_at = gp->out_row0 * hp.n_vocab * sizeof(float);
             if (p.all_logits) {
-                read_output(g.logits[group_index], out.logits.data() + row0 * hp.n_vocab, logits_at,
-                            n * hp.n_vocab * sizeof(float), readbacks);
+                logits.read(out.logits.data() + row0 * hp.n_vocab, logits_at, n * hp.n_vocab * sizeof(float));
             } else if (row0 + n == out.n_tokens) {
-                read_output(g.logits[group_index], out.logits.data(), logits_at, hp.n_vocab * sizeof(float), readbacks);
+                logits.read(out.logits.data(), logits_at, hp.n_vocab * sizeof(float));
             }
             if (p.selections && out.pools.empty()) {
                 out.dsa_layers = g.dsa_layers;
@@ -451,6 +476,7 @@ void Engine::run_draft(const std::vector<DraftPart> & parts) {
     int64_t readbacks = 0;
     size_t part_index = 0, group_index = 0;
     for (const RowGroup & group : g.parts.groups) {
+        GroupOutput logits(g.logits[group_index], readbacks), z(g.z[group_index], readbacks);
         for (const GraphPart * gp : group.parts) {
             const size_t i = order[part_index++];
             const DraftPart & p = parts[i];
@@ -460,10 +486,8 @@ void Engine::run_draft(const std::vector<DraftPart> & parts) {
             out.logits.resize(hp.n_vocab);
             out.z.resize(hp.n_embd);
             out.pools.resize(n_top_pool());
-            read_output(g.logits[group_index], out.logits.data(), gp->out_row0 * hp.n_vocab * sizeof(float),
-                        hp.n_vocab * sizeof(float), readbacks);
-            read_output(g.z[group_index], out.z.data(), gp->out_row0 * hp.n_embd * sizeof(float),
-                        hp.n_embd * sizeof(float), readbacks);
+            logits.read(out.logits.data(), gp->out_row0 * hp.n_vocab * sizeof(float), hp.n_vocab * sizeof(float));
+            z.read(out.z.data(), gp->out_row0 * hp.n_embd * sizeof(float), hp.n_embd * sizeof(float));
             if (g.pools[part_index - 1]) {
                 read_output(g.pools[part_index - 1], out.pools.data(), (p.n - 1) * n_top_pool() * sizeof(int32_t),
                             n_top_pool() * sizeof(int32_t), readbacks);

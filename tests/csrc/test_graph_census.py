@@ -112,6 +112,9 @@ def test_a_device_declared_cuda_multiplies_plainly_and_keeps_cuda_graphs(tiny_q8
         assert cuda[kind]["products"] == plain[kind]["products"]  # the same products, routed plainly
     for kind, c in cuda.items():
         assert c["by_device"][device] > 0.95 * c["nodes"]  # run on the device
+    # a generation's step reads its group's hidden rows and logits back once each, whatever its sequences
+    assert cuda["decode 4 rows x 4 sequences"]["readbacks"] == plain["decode 4 rows x 4 sequences"]["readbacks"] == 2
+    assert cuda["draft step 4 rows x 4 sequences"]["readbacks"] == 2 + 4  # logits, z, and each step 0's selection
 
 
 def test_a_step_of_several_prompts_on_a_gpu_backend_is_one_pass(tiny_q8_0, device, monkeypatch):
