@@ -56,7 +56,7 @@ ggml_tensor * BlockBuilder::concat(const std::vector<ggml_tensor *> & pieces, in
 
 ggml_tensor * BlockBuilder::mm(ggml_tensor * w, ggml_tensor * x) const {
     const bool one_product = x->ne[1] == 1 || (!few && x->ne[1] > kInvariantMaxRows);
-    if (one_product || !multiplies_rows_alone(kernel_backend(device_of(w)))) return ggml_mul_mat(ctx, w, x);
+    if (one_product || !multiplies_rows_alone(w)) return ggml_mul_mat(ctx, w, x);
     const int64_t K = x->ne[0], N = x->ne[1], B = w->ne[2];
     if (B == 1 && w->ne[3] == 1) {  // one matrix
         ggml_tensor * xc = ggml_is_contiguous(x) ? x : ggml_cont(ctx, x);

@@ -17,7 +17,7 @@ void build_draft_graph(DraftGraph & g, ggml_context * ctx, const Model & model, 
     g.logits.clear();
     g.z.clear();
     // one row group where the layer multiplies on a GPU backend (as the trunk, graph/trunk.h: trunk_in_one_pass)
-    const bool one_pass = !multiplies_rows_alone(kernel_backend(device_of(w.eh_proj)));
+    const bool one_pass = !multiplies_rows_alone(w.eh_proj);
     for (size_t i = 0; i < rows.size(); ++i) {
         const DraftRows & r = rows[i];
         if (r.shared && r.n_rows != 1) throw std::logic_error("a draft step that reuses a selection is one row");

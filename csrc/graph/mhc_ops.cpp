@@ -26,8 +26,9 @@ inline void mul_add_row(float * out, const float * a, float w, int64_t n) {
     for (int64_t i = 0; i < n; ++i) out[i] = kFused ? std::fma(a[i], w, out[i]) : out[i] + a[i] * w;
 }
 
+// The mixes as ggml custom ops (their userdata unused), in the form ggml sums.
 template <bool kFused>
-void hc_pre_rows(ggml_tensor * dst, int ith, int nth) {
+void hc_pre_rows(ggml_tensor * dst, int ith, int nth, void *) {
     const ggml_tensor *x = dst->src[0], *pre = dst->src[1];
     const int64_t n_embd = dst->ne[0], hc = x->ne[1];
     for (int64_t t = ith; t < dst->ne[1]; t += nth) {
@@ -40,7 +41,7 @@ void hc_pre_rows(ggml_tensor * dst, int ith, int nth) {
 }
 
 template <bool kFused>
-void hc_post_rows(ggml_tensor * dst, int ith, int nth) {
+void hc_post_rows(ggml_tensor * dst, int ith, int nth, void *) {
     const ggml_tensor *x = dst->src[0], *residual = dst->src[1], *post = dst->src[2], *comb = dst->src[3];
     const int64_t n_embd = dst->ne[0], hc = dst->ne[1], n_rows = hc * dst->ne[2];
     for (int64_t r = ith; r < n_rows; r += nth) {  // one output row (stream d of token t) per step
@@ -57,15 +58,15 @@ void hc_post_rows(ggml_tensor * dst, int ith, int nth) {
 
 #if GLM5NEXT_X86_KERNELS
 // The fused sums with the FMA instruction (x86-64's baseline has none: std::fma would be a libm call per value).
-__attribute__((target("fma"))) void hc_pre_fused(ggml_tensor * dst, int ith, int nth) {
-    hc_pre_rows<true>(dst, ith, nth);
+__attribute__((target("fma"))) void hc_pre_fused(ggml_tensor * dst, int ith, int nth, void * u) {
+    hc_pre_rows<true>(dst, ith, nth, u);
 }
-__attribute__((target("fma"))) void hc_post_fused(ggml_tensor * dst, int ith, int nth) {
-    hc_post_rows<true>(dst, ith, nth);
+__attribute__((target("fma"))) void hc_post_fused(ggml_tensor * dst, int ith, int nth, void * u) {
+    hc_post_rows<true>(dst, ith, nth, u);
 }
 #else
-void hc_pre_fused(ggml_tensor * dst, int ith, int nth) { hc_pre_rows<true>(dst, ith, nth); }
-void hc_post_fused(ggml_tensor * dst, int ith, int nth) { hc_post_rows<true>(dst, ith, nth); }
+constexpr ggml_custom_op_t hc_pre_fused = hc_pre_rows<true>;
+constexpr ggml_custom_op_t hc_post_fused = hc_post_rows<true>;
 #endif
 
 // How ggml's kernels of dsv4_hc_pre and dsv4_hc_post sum (`sum += x * w`): a build for a CPU with FMA (GGML_NATIVE
@@ -106,13 +107,13 @@ MixSums ask_ggml_mix_sums() {
     ggml_build_forward_expand(gf, theirs_post);
     MixSums out = MixSums::none;
     if (ggml_graph_compute_with_ctx(ctx, gf, 1) == GGML_STATUS_SUCCESS) {
-        auto same = [&](void (*pre_rows)(ggml_tensor *, int, int), void (*post_rows)(ggml_tensor *, int, int)) {
+        auto same = [&](ggml_custom_op_t pre_rows, ggml_custom_op_t post_rows) {
             ggml_tensor * ours_pre = ggml_dup_tensor(ctx, theirs_pre);
             ggml_tensor * ours_post = ggml_dup_tensor(ctx, theirs_post);
             ours_pre->src[0] = streams, ours_pre->src[1] = pre;
             ours_post->src[0] = x, ours_post->src[1] = streams, ours_post->src[2] = post, ours_post->src[3] = comb;
-            pre_rows(ours_pre, 0, 1);
-            post_rows(ours_post, 0, 1);
+            pre_rows(ours_pre, 0, 1, nullptr);
+            post_rows(ours_post, 0, 1, nullptr);
             return std::memcmp(ours_pre->data, theirs_pre->data, ggml_nbytes(ours_pre)) == 0 &&
                    std::memcmp(ours_post->data, theirs_post->data, ggml_nbytes(ours_post)) == 0;
         };
@@ -130,11 +131,6 @@ MixSums mix_sums() {
     static const MixSums sums = ask_ggml_mix_sums();
     return sums;
 }
-
-void hc_pre_fused_op(ggml_tensor * dst, int ith, int nth, void *) { hc_pre_fused(dst, ith, nth); }
-void hc_pre_rounded_op(ggml_tensor * dst, int ith, int nth, void *) { hc_pre_rows<false>(dst, ith, nth); }
-void hc_post_fused_op(ggml_tensor * dst, int ith, int nth, void *) { hc_post_fused(dst, ith, nth); }
-void hc_post_rounded_op(ggml_tensor * dst, int ith, int nth, void *) { hc_post_rows<false>(dst, ith, nth); }
 
 void hc_gates_op(ggml_tensor * dst, int ith, int nth, void * userdata) {
     const float eps = *static_cast<const float *>(userdata);
@@ -186,7 +182,7 @@ ggml_tensor * hc_pre_mix(ggml_context * ctx, ggml_tensor * x, ggml_tensor * pre)
     check_mix_sums("hc_pre_mix");
     ggml_tensor * args[] = {x, pre};
     return ggml_custom_4d(ctx, GGML_TYPE_F32, n_embd, T, 1, 1, args, 2,
-                          mix_sums() == MixSums::fused ? hc_pre_fused_op : hc_pre_rounded_op, GGML_N_TASKS_MAX,
+                          mix_sums() == MixSums::fused ? hc_pre_fused : hc_pre_rows<false>, GGML_N_TASKS_MAX,
                           nullptr);
 }
 
@@ -204,7 +200,7 @@ ggml_tensor * hc_post_mix(ggml_context * ctx, ggml_tensor * x, ggml_tensor * res
     check_mix_sums("hc_post_mix");
     ggml_tensor * args[] = {x, residual, post, comb};
     return ggml_custom_4d(ctx, GGML_TYPE_F32, n_embd, hc, T, 1, args, 4,
-                          mix_sums() == MixSums::fused ? hc_post_fused_op : hc_post_rounded_op, GGML_N_TASKS_MAX,
+                          mix_sums() == MixSums::fused ? hc_post_fused : hc_post_rows<false>, GGML_N_TASKS_MAX,
                           nullptr);
 }
 

@@ -6,7 +6,7 @@ namespace glm5next {
 
 bool trunk_in_one_pass(const Model & model) {
     for (uint32_t il = 0; il < model.hp.n_trunk(); ++il) {
-        if (!multiplies_rows_alone(kernel_backend(device_of(model.layers[il].hc_attn_fn)))) return true;
+        if (!multiplies_rows_alone(model.layers[il].hc_attn_fn)) return true;
     }
     return false;
 }

@@ -48,7 +48,8 @@ bool trunk_in_one_pass(const Model & model);
 
 // Builds into `g` the graph of `rows` (one entry per sequence, at most one ubatch each; each sequence's caches at
 // their n_past, set_inputs places them). Parts of at most kGatherMaxRows rows must come first (one few-row group),
-// longer ones after (a group each, or all in one where trunk_in_one_pass). `ctx` must be a no_alloc context with room for graph_size(hp, rows.size()) nodes.
+// longer ones after (a group each, or all in one where trunk_in_one_pass). `ctx` must be a no_alloc context with
+// room for graph_size(hp, rows.size()) nodes.
 void build_trunk_graph(TrunkGraph & g, ggml_context * ctx, const Model & model, const std::vector<TrunkRows> & rows);
 
 }  // namespace glm5next

@@ -2,6 +2,8 @@
 
 #include <cstdlib>
 
+#include "model/model.h"
+
 namespace glm5next {
 
 std::string kernel_backend(ggml_backend_dev_t dev) {
@@ -20,7 +22,10 @@ bool runs_gated_delta_net(const std::string & backend, int64_t head_dim) {
     return true;
 }
 
-bool multiplies_rows_alone(const std::string & backend) { return backend == "CPU" || backend == "RPC"; }
+bool multiplies_rows_alone(const ggml_tensor * weight) {
+    const std::string backend = kernel_backend(device_of(weight));
+    return backend == "CPU" || backend == "RPC";
+}
 
 namespace {
 

@@ -26,13 +26,14 @@ std::string kernel_backend(ggml_backend_dev_t dev);
 // then runs the op on the CPU by itself; the CPU takes any size.
 bool runs_gated_delta_net(const std::string & backend, int64_t head_dim);
 
-// Whether products of a few rows on `backend` are multiplied each row alone (BlockBuilder::mm's batch-invariant
-// route: one matrix as a one-expert MUL_MAT_ID, or this project's rows kernels): on ggml's CPU kernels ("CPU", and
-// "RPC", an RPC server on a CPU), where that gives a row the bits it has alone at the speed of a plain product.
+// Whether products of a few rows with `weight` are multiplied each row alone (BlockBuilder::mm's batch-invariant
+// route: one matrix as a one-expert MUL_MAT_ID, or this project's rows kernels): where the device holding it runs
+// ggml's CPU kernels (kernel_backend "CPU", and "RPC", an RPC server on a CPU), which give a row the bits it has
+// alone at the speed of a plain product.
 // Elsewhere (GPU backends) plain products: ggml-cuda's one-expert MUL_MAT_ID of a float matrix whose rows are not a
 // multiple of 32 takes its synchronizing fallback, which turns CUDA graphs off for the whole step
 // (cuda_mul_mat_id_needs_sync), and a GPU's kernels give no row-alone bits either way.
-bool multiplies_rows_alone(const std::string & backend);
+bool multiplies_rows_alone(const ggml_tensor * weight);
 
 // NVIDIA compute capability as ggml-cuda writes it (major * 100 + minor * 10): the census's default is Hopper's
 // (H100, H200), the GPUs this project's device checks run on.

@@ -138,7 +138,7 @@ void Batch::verify(const std::vector<const uint32_t *> & masks) {
     if (engine_.one_pass()) {
         prompt_budget = engine_.params().n_batch;
         for (size_t i = 0; i < gens_.size(); ++i) {
-            if (live(i) && !gens_[i]->prompting()) prompt_budget -= (int64_t) gens_[i]->draft_.tokens.size() + 1;
+            if (live(i) && !gens_[i]->prompting()) prompt_budget -= verify_rows(i);
         }
     }
     for (size_t i = 0; i < gens_.size(); ++i) {
