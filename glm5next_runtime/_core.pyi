@@ -100,6 +100,13 @@ class Model:
         hc_sinkhorn_iters, hc_eps. Floats are the stored f32 values widened to Python floats.
         """
     @property
+    def kv_overrides(self) -> list[tuple[str, str, str]]:
+        """
+        list of (key, type, value) str tuples: the --override-kv entries applied at load, in
+        order, each key spelled as the file's architecture spells it (glm5next. or glm5-next.), type int, float, bool or str,
+        value as given (what llama.cpp's kv_overrides takes, typed).
+        """
+    @property
     def n_vocab(self) -> int:
         """
         int: vocabulary size.

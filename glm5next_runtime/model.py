@@ -167,7 +167,9 @@ class Model:
         _core.add_rpc_servers([rpc] if isinstance(rpc, str) else list(rpc))
         self._files = (os.fspath(path), os.fspath(draft_model) if draft_model else None, list(override_kv))
         self._core = _core.Model(self._files[0], self._files[2])
-        self._path, self._n_vocab = self._core.path, self._core.n_vocab  # known while unloaded too
+        # known while unloaded too
+        self._path, self._n_vocab, self._kv_overrides = self._core.path, self._core.n_vocab, self._core.kv_overrides
+        self._indexer_top_k = self._core.hparams["idx_top_k"]
         self.tokenizer = _tokenizer(self._core)
         self._n_ctx = n_ctx
         self.n_threads = n_threads or os.cpu_count() or 1
@@ -348,6 +350,18 @@ class Model:
     def hparams(self) -> dict:
         """Every hyper-parameter after overrides (see _core.Model.hparams for the keys)."""
         return self._core.hparams
+
+    @property
+    def kv_overrides(self) -> list[tuple[str, str, str]]:
+        """The --override-kv entries applied at load, in order: (key as the file's architecture spells it, type
+        int|float|bool|str, value as given) (_core.Model.kv_overrides)."""
+        return list(self._kv_overrides)
+
+    @property
+    def indexer_top_k(self) -> int:
+        """Keys a DSA layer's query attends (the sparse indexer's top-k, docs/model.md, Indexer) after overrides: the
+        file's attention.indexer.top_k unless --override-kv set it."""
+        return self._indexer_top_k
 
     @property
     def chat_template(self) -> str | None:

@@ -157,7 +157,8 @@ def request_seed(args: argparse.Namespace) -> int | None:
 def describe_model(model: Model, args: argparse.Namespace) -> list[str]:
     """Load-log lines: the placement plan summary, the ops pinned to the CPU by a device's kernel limits, the memory
     per device (weights, caches, compute buffers; as llama.cpp's load report), what the prompt cache's checkpoints
-    may take, which speculation runs (and why) and the draft-MTP round costs measured at load."""
+    may take, which speculation runs (and why) and the draft-MTP round costs measured at load; the sparse indexer's
+    top-k and the --override-kv entries applied."""
     if model.spec_type == "draft-mtp":
         source = f"the NextN layer of {args.model_draft}" if args.model_draft else "the file's NextN layer"
         spec = (f"draft-mtp with {source} (n_max {args.spec_draft_n_max}"
@@ -171,7 +172,11 @@ def describe_model(model: Model, args: argparse.Namespace) -> list[str]:
     ck = model.checkpoints()
     states = ck["bytes_each"] - 4 * model.hparams["n_embd"]  # what n_ctx does not change (a checkpoint's, less a row)
     per_token = (model.sequence.cache_bytes - states) / model.n_ctx
+    hp = model.hparams
+    overrides = ", ".join(f"{key}={kind}:{value}" for key, kind, value in model.kv_overrides)
     lines = [f"placement: {describe_placement(model.placement())}",
+             f"indexer: top-k {model.indexer_top_k} keys per query ({model.indexer_top_k // hp['idx_kpool']} pools of "
+             f"{hp['idx_kpool']}; the file's unless overridden); --override-kv applied: {overrides or 'none'}",
              f"memory (one engine: weights and compute buffers once, caches of every slot): {'; '.join(memory)}",
              f"caches per slot: {model.sequence.cache_bytes / 2**20:.1f} MiB ({model.sequence.cache_type} rows, "
              f"n_ctx {model.n_ctx}: "

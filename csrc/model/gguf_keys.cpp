@@ -86,10 +86,10 @@ bool is_int_type(gguf_type t) {
 
 bool is_float_type(gguf_type t) { return t == GGUF_TYPE_FLOAT32 || t == GGUF_TYPE_FLOAT64; }
 
-KeyReader::KeyReader(const gguf_context * ctx, std::string path, std::string prefix)
-    : ctx_(ctx), path_(std::move(path)), prefix_(std::move(prefix)) {}
+KeyReader::KeyReader(const gguf_context * ctx, std::string path, std::string prefix, std::set<std::string> * asked)
+    : ctx_(ctx), path_(std::move(path)), prefix_(std::move(prefix)), asked_(asked) {}
 
-bool KeyReader::has(const std::string & key) const { return gguf_find_key(ctx_, key.c_str()) >= 0; }
+bool KeyReader::has(const std::string & key) const { return find(key) >= 0; }
 
 std::optional<size_t> KeyReader::array_len(const std::string & key) const {
     const int64_t id = find(key);
@@ -105,7 +105,10 @@ void KeyReader::fail(const std::string & key, const std::string & what) const {
     throw ModelError(path_ + ": key " + key + ": " + what);
 }
 
-int64_t KeyReader::find(const std::string & key) const { return gguf_find_key(ctx_, key.c_str()); }
+int64_t KeyReader::find(const std::string & key) const {
+    if (asked_ != nullptr) asked_->insert(key);
+    return gguf_find_key(ctx_, key.c_str());
+}
 
 int64_t KeyReader::find_array(const std::string & key, const char * want) const {
     const int64_t id = find(key);

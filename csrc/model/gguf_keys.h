@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -29,7 +30,9 @@ bool is_float_type(gguf_type t);
 // type, or an integer out of range for the field, throws ModelError("<path>: key <key>: ...").
 class KeyReader {
 public:
-    KeyReader(const gguf_context * ctx, std::string path, std::string prefix);
+    // `asked`, when given, collects every key this reader looks up, present or not (which keys a loader knows:
+    // check_override_keys).
+    KeyReader(const gguf_context * ctx, std::string path, std::string prefix, std::set<std::string> * asked = nullptr);
 
     const std::string & prefix() const { return prefix_; }
     std::string arch_key(const std::string & suffix) const { return prefix_ + suffix; }
@@ -58,6 +61,7 @@ private:
 
     const gguf_context * ctx_;
     std::string path_, prefix_;
+    std::set<std::string> * asked_;
 };
 
 }  // namespace glm5next

@@ -223,8 +223,9 @@ uint32_t read_n_vocab(const Reader & r) {
 
 }  // namespace
 
-HParams read_hparams(const gguf_context * ctx, const std::string & arch, const std::string & path) {
-    const Reader r{KeyReader(ctx, path, arch + ".")};
+HParams read_hparams(const gguf_context * ctx, const std::string & arch, const std::string & path,
+                     std::set<std::string> * asked) {
+    const Reader r{KeyReader(ctx, path, arch + ".", asked)};
     HParams hp;
     hp.arch = arch;
     hp.n_layer_all = r.u32("block_count", 1);

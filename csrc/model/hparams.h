@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -59,7 +60,9 @@ struct HParams {
 // Reads every hyper-parameter of a glm5next file from `ctx` (overrides already applied) and checks them.
 // `arch` is the file's architecture spelling ("glm5next" or "glm5-next"), the prefix of every `{arch}.` key.
 // Throws ModelError naming `path` and the key for a missing required key, a key of the wrong type or an
-// inconsistent value (e.g. nextn_predict_layers >= block_count, kpool <= 1 or not dividing top_k).
-HParams read_hparams(const gguf_context * ctx, const std::string & arch, const std::string & path);
+// inconsistent value (e.g. nextn_predict_layers >= block_count, kpool <= 1 or not dividing top_k). `asked`, when
+// given, collects every key looked up (KeyReader).
+HParams read_hparams(const gguf_context * ctx, const std::string & arch, const std::string & path,
+                     std::set<std::string> * asked = nullptr);
 
 }  // namespace glm5next

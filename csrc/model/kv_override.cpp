@@ -8,6 +8,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
+#include <cstdint>
 
 #include "model/gguf_keys.h"
 
@@ -162,7 +164,8 @@ KvOverride parse_kv_override(const std::string & spec) {
     return o;
 }
 
-void apply_kv_overrides(gguf_context * ctx, const std::vector<KvOverride> & overrides, const std::string & path) {
+std::vector<AppliedOverride> apply_kv_overrides(gguf_context * ctx, const std::vector<KvOverride> & overrides,
+                                                const std::string & path) {
     // Prefixes map to the architecture the file will have once the overrides are applied.
     std::string arch;
     const int64_t arch_id = gguf_find_key(ctx, "general.architecture");
@@ -170,7 +173,57 @@ void apply_kv_overrides(gguf_context * ctx, const std::vector<KvOverride> & over
     for (const KvOverride & o : overrides) {
         if (o.key == "general.architecture" && o.type == "str") arch = o.value;
     }
-    for (const KvOverride & o : overrides) apply_one(ctx, o, map_arch_prefix(o.key, arch), path + ": ");
+    std::vector<AppliedOverride> applied;
+    for (const KvOverride & o : overrides) {
+        const std::string key = map_arch_prefix(o.key, arch);
+        const bool new_key = gguf_find_key(ctx, key.c_str()) < 0;
+        apply_one(ctx, o, key, path + ": ");
+        applied.push_back(AppliedOverride{KvOverride{key, o.type, o.value}, new_key});
+    }
+    return applied;
+}
+
+namespace {
+
+// Levenshtein distance of a and b (for the nearest known key of a misspelt one).
+size_t edit_distance(const std::string & a, const std::string & b) {
+    std::vector<size_t> row(b.size() + 1);
+    for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+    for (size_t i = 1; i <= a.size(); ++i) {
+        size_t diag = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= b.size(); ++j) {
+            const size_t up = row[j];
+            row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] != b[j - 1])});
+            diag = up;
+        }
+    }
+    return row[b.size()];
+}
+
+}  // namespace
+
+void check_override_keys(const gguf_context * ctx, const std::vector<AppliedOverride> & applied,
+                         const std::string & arch, const std::set<std::string> & asked, const std::string & path) {
+    const std::string ns = arch + ".";
+    for (const AppliedOverride & a : applied) {
+        const std::string & key = a.kv.key;
+        if (!a.new_key || key.compare(0, ns.size(), ns) != 0 || asked.count(key)) continue;
+        std::set<std::string> known(asked);  // what the loader looks up and what the file had
+        for (int64_t i = 0; i < gguf_get_n_kv(ctx); ++i) known.insert(gguf_get_key(ctx, i));
+        for (const AppliedOverride & b : applied) {
+            if (b.new_key) known.erase(b.kv.key);
+        }
+        std::string nearest;
+        size_t best = SIZE_MAX;
+        for (const std::string & k : known) {
+            const size_t d = k.compare(0, ns.size(), ns) == 0 ? edit_distance(k, key) : SIZE_MAX;
+            if (d < best) best = d, nearest = k;
+        }
+        if (best > 3) nearest.clear();  // a misspelling is a few edits away; anything else is no hint
+        bad(path + ": ", a.kv, "the file has no key " + key + " and " + arch + " reads none of that name, so it would "
+            "change nothing" + (nearest.empty() ? std::string() : " (did you mean " + nearest + "?)"));
+    }
 }
 
 }  // namespace glm5next

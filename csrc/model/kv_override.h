@@ -1,6 +1,7 @@
 // --override-kv (llama.cpp's KEY=TYPE:VALUE): parsing and application to a gguf_context.
 #pragma once
 
+#include <set>
 #include <string>
 #include <vector>
 
@@ -26,11 +27,27 @@ KvOverride parse_kv_override(const std::string & spec);
 // on bad syntax, naming the override.
 std::vector<KvOverride> parse_kv_overrides(const std::string & value);
 
+// An override as applied to a file: its key spelled as the file's, and whether the file lacked that key.
+struct AppliedOverride {
+    KvOverride kv;
+    bool new_key = false;
+};
+
 // Applies `overrides` in order to `ctx`, before anything reads it. A key written with either arch prefix
 // is mapped to the file's own (the arch a general.architecture override sets, else the file's). An int
 // override of an existing integer key keeps that key's type (range-checked), a float override of an f32/f64 key
 // keeps its type; new keys become i64 / f32 / bool / str. Throws ModelError naming `path` and the override when
-// the value does not parse, does not fit, or the stored key has another kind (str, bool, array, ...).
-void apply_kv_overrides(gguf_context * ctx, const std::vector<KvOverride> & overrides, const std::string & path);
+// the value does not parse, does not fit, or the stored key has another kind (str, bool, array, ...). Returns the
+// overrides as applied, in order.
+std::vector<AppliedOverride> apply_kv_overrides(gguf_context * ctx, const std::vector<KvOverride> & overrides,
+                                                const std::string & path);
+
+// Refuses an override that changes nothing: a key of the architecture's namespace (`arch` + ".") that the file
+// lacked and the loader never looked up (`asked`, KeyReader's), a misspelling such as
+// glm5next.attention.indexer.topk, which llama.cpp would ignore silently. Keys outside it (general.*, a custom
+// namespace) are stored as llama.cpp stores them. Throws ModelError naming `path`, the override and the nearest
+// key the loader or the file knows.
+void check_override_keys(const gguf_context * ctx, const std::vector<AppliedOverride> & applied,
+                         const std::string & arch, const std::set<std::string> & asked, const std::string & path);
 
 }  // namespace glm5next

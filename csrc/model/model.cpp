@@ -9,6 +9,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <set>
 
 #include "ggml-cpu.h"
 #include "model/gguf_keys.h"
@@ -96,6 +97,21 @@ std::string read_arch(const gguf_context * ctx, const std::string & path) {
     return *arch;
 }
 
+// The hyper-parameters of `ctx` after `overrides` (refused when one would change nothing: check_override_keys);
+// `applied`, when given, receives them as applied.
+HParams read_overridden(gguf_context * ctx, const std::vector<KvOverride> & overrides, const std::string & path,
+                        std::vector<KvOverride> * applied = nullptr) {
+    const std::vector<AppliedOverride> done = apply_kv_overrides(ctx, overrides, path);
+    const std::string arch = read_arch(ctx, path);
+    std::set<std::string> asked;
+    HParams hp = read_hparams(ctx, arch, path, &asked);
+    check_override_keys(ctx, done, arch, asked, path);
+    if (applied != nullptr) {
+        for (const AppliedOverride & a : done) applied->push_back(a.kv);
+    }
+    return hp;
+}
+
 }  // namespace
 
 const gguf_context * Model::gguf() const { return impl->gguf; }
@@ -108,8 +124,7 @@ HParams Model::load_hparams(const std::string & path, const std::vector<KvOverri
     std::unique_ptr<gguf_context, decltype(&gguf_free)> gguf(
         gguf_init_from_file(path.c_str(), gguf_init_params{/*no_alloc=*/true, /*ctx=*/nullptr}), &gguf_free);
     if (!gguf) throw ModelError(path + ": not a readable GGUF file (truncated or corrupt?)");
-    apply_kv_overrides(gguf.get(), overrides, path);
-    return read_hparams(gguf.get(), read_arch(gguf.get(), path), path);
+    return read_overridden(gguf.get(), overrides, path);
 }
 
 std::unique_ptr<Model> Model::load(const std::string & path, const std::vector<KvOverride> & overrides) {
@@ -124,8 +139,7 @@ std::unique_ptr<Model> Model::load(const std::string & path, const std::vector<K
     if (!impl.gguf) throw ModelError(path + ": not a readable GGUF file (truncated or corrupt?)");
     check_data_section(impl.gguf, file.size(), path);
 
-    apply_kv_overrides(impl.gguf, overrides, path);
-    m->hp = read_hparams(impl.gguf, read_arch(impl.gguf, path), path);
+    m->hp = read_overridden(impl.gguf, overrides, path, &m->kv_overrides);
     m->vocab = read_vocab(impl.gguf, m->hp, path);
     for (int64_t i = 0; i < gguf_get_n_tensors(impl.gguf); ++i) {
         const char * name = gguf_get_tensor_name(impl.gguf, i);

@@ -39,6 +39,7 @@ struct Model {
     ~Model();
 
     std::string path;
+    std::vector<KvOverride> kv_overrides;          // the overrides applied, in order, keys spelled as the file's
     std::map<std::string, ggml_tensor *> tensors;  // by GGUF name
     std::vector<TensorSpec> tensor_table;           // every tensor the loader looked for, in the order it did
     Vocab vocab;

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "model/gguf_keys.h"
@@ -251,6 +252,15 @@ that is not UTF-8),
 special_ids: dict with those of bos, eos, eot, eom, unk, pad that the file sets.
 Raises ModelError (ValueError) when the file has no tokenizer.
 )doc")
+        .def_property_readonly("kv_overrides",
+                               [](const Model & m) {
+                                   std::vector<std::tuple<std::string, std::string, std::string>> out;
+                                   for (const KvOverride & o : m.kv_overrides) out.emplace_back(o.key, o.type, o.value);
+                                   return out;
+                               },
+                               R"doc(list of (key, type, value) str tuples: the --override-kv entries applied at load, in
+order, each key spelled as the file's architecture spells it (glm5next. or glm5-next.), type int, float, bool or str,
+value as given (what llama.cpp's kv_overrides takes, typed).)doc")
         .def_property_readonly("chat_template", &chat_template,
                                "str or None: tokenizer.chat_template (jinja2), None when absent.");
 

@@ -83,6 +83,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("-ngl", "--n-gpu-layers", type=int, default=0, metavar="N",
                    help="offload the last N layers (trunk + output layer) to the first offload device (0)")
     p.add_argument("--cpu-moe", action="store_true", help="keep the routed experts on the CPU")
+    p.add_argument("-ot", "--override-tensor", action="append", default=[], metavar="REGEX=DEVICE",
+                   help="put glm5next's tensors matching REGEX on DEVICE (as glm5next-server; repeatable)")
+    p.add_argument("--override-kv", action="append", default=[], metavar="KEY=TYPE:VALUE[,...]",
+                   help="override a GGUF metadata key for both engines, e.g. glm5next.attention.indexer.top_k=int:1024 "
+                        "(as glm5next-server; checked by glm5next's loader, then given to llama-cpp-python as its "
+                        "kv_overrides with the key spelled as the file's architecture; repeatable)")
     p.add_argument("--llama-cpp", action="store_true",
                    help="also run every row on llama-cpp-python (same file, threads, batch), interleaved")
     p.add_argument("--tg-tokens", choices=["random", "argmax"], default="random",

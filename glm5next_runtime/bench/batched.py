@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from .. import _core
-from .runners import llama_cache_kwargs
+from .runners import llama_cache_kwargs, llama_kv_override_array, llama_kv_overrides
 
 
 class OursBatched:
@@ -30,8 +30,8 @@ class OursBatched:
 
     def __init__(self, path: Path, n_ctx: int, threads: int, n_batch: int, n_seq: int,
                  placement: dict[str, Any] | None = None, census: bool = False):
-        """placement: Model's rpc / n_gpu_layers / cpu_moe / cache_type_k / warmup keywords (None: the CPU alone);
-        census: take the census of every graph run (_core.Engine.census_graphs; read by census())."""
+        """placement: Model's rpc / n_gpu_layers / cpu_moe / cache_type_k / warmup / override_kv / override_tensor
+        keywords (None: the CPU alone); census: take the census of every graph run (_core.Engine.census_graphs; read by census())."""
         from ..model import Model
         self.models = [Model(path, n_ctx=n_ctx, n_threads=threads, n_batch=n_batch, n_seq_max=n_seq,
                              **(placement or {}))]
@@ -93,10 +93,11 @@ class LlamaCppBatched:
     key = "llama.cpp"
 
     def __init__(self, path: Path, n_ctx: int, threads: int, n_batch: int, n_seq: int, n_gpu_layers: int = 0,
-                 cache_type_k: str = "f16"):
+                 cache_type_k: str = "f16", kv_overrides: dict[str, Any] | None = None):
         """n_gpu_layers: llama.cpp's (layers on the GPU llama-cpp-python was built for; none in a CPU-only build);
         cache_type_k: the K and V caches' type, a name of cache_sizes.CACHE_TYPES (flash attention on for the
-        quantized ones, as llama.cpp needs). Raises RuntimeError when llama.cpp cannot load the file."""
+        quantized ones, as llama.cpp needs); kv_overrides: runners.llama_kv_overrides' dict, or None. Raises
+        RuntimeError when llama.cpp cannot load the file."""
         import llama_cpp as L
 
         from ..stderr_capture import captured_stderr
@@ -113,6 +114,9 @@ class LlamaCppBatched:
             cparams.flash_attn_type = L.LLAMA_FLASH_ATTN_TYPE_ENABLED
         mparams = L.llama_model_default_params()
         mparams.n_gpu_layers = n_gpu_layers
+        overrides = llama_kv_override_array(L, kv_overrides or {})  # alive until the load below is done
+        if overrides is not None:
+            mparams.kv_overrides = overrides
         with captured_stderr() as log:  # llama.cpp logs to fd 2 whatever its verbosity
             self.model = L.llama_model_load_from_file(str(path).encode(), mparams)
             self.ctx = L.llama_init_from_model(self.model, cparams) if self.model else None
@@ -188,7 +192,7 @@ def run_batched(path: Path, npl: list[int], n_prompt: int, n_gen: int, threads: 
     engines: list[Any] = [ours]
     if llama_cpp:
         engines.append(LlamaCppBatched(path, n_ctx, threads, n_batch, max(npl), placement["n_gpu_layers"],
-                                       placement["cache_type_k"]))
+                                       placement["cache_type_k"], llama_kv_overrides(ours.models[0].kv_overrides)))
     rows = []
     for b in npl:
         prompts = prompts_of(engines[0], b, n_prompt, seed, texts)

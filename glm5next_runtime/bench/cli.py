@@ -15,7 +15,7 @@ from .errors import PROG, BenchError
 from .model_info import model_info
 from .report import memory_table, render_csv, render_md, render_op_profile_md, render_spec_md
 from .rows import Inputs, build_rows, draw_inputs
-from .runners import OURS, UPSTREAM, LlamaCppRunner, OursRunner, Runner, load_runner
+from .runners import OURS, UPSTREAM, LlamaCppRunner, OursRunner, Runner, llama_kv_overrides, load_runner
 from .speculative import run_spec_rows, spec_prompts
 from .stats import Stats, memory_snapshot
 
@@ -28,9 +28,11 @@ def _first_eval(runner: Runner, inputs: Inputs, n: int) -> None:
 
 
 def _placement(args: argparse.Namespace) -> dict[str, Any]:
-    """glm5next's Model keywords from the placement flags (--rpc, -ngl, --cpu-moe, -ctk, --no-warmup)."""
+    """glm5next's Model keywords from the placement and metadata flags (--rpc, -ngl, --cpu-moe, -ctk, --no-warmup,
+    --override-kv, -ot)."""
     return dict(rpc=args.rpc.split(",") if args.rpc else [], n_gpu_layers=args.n_gpu_layers, cpu_moe=args.cpu_moe,
-                cache_type_k=args.cache_type_k, warmup=not args.no_warmup)
+                cache_type_k=args.cache_type_k, warmup=not args.no_warmup, override_kv=args.override_kv,
+                override_tensor=args.override_tensor)
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -44,9 +46,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.spec_prompts and 0 in args.n_depth:
         raise BenchError("--spec-prompts takes the prompt length from -d: give depths >= 1")
     texts = [_read_text(f) for f in args.spec_prompts]
-    if args.llama_cpp and (args.rpc or args.n_gpu_layers):
+    if args.llama_cpp and (args.rpc or args.n_gpu_layers or args.override_tensor):
         raise BenchError("--llama-cpp runs llama-cpp-python on the CPU (its Python API has no RPC client): "
-                         "compare a placement (--rpc, -ngl) with glm5next-bench's own CPU-only rows instead")
+                         "compare a placement (--rpc, -ngl, -ot) with glm5next-bench's own CPU-only rows instead")
     if args.llama_cpp:
         try:
             import llama_cpp  # noqa: F401  (imported before the memory baseline)
@@ -77,7 +79,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     runners: list[Runner] = [ours]
     if args.llama_cpp:
         upstream = load_runner(LlamaCppRunner, "llama-cpp-python", path, n_ctx, args.threads, args.batch_size,
-                               cache_type_k=args.cache_type_k)
+                               cache_type_k=args.cache_type_k, kv_overrides=llama_kv_overrides(ours.model.kv_overrides))
         snap("+ llama.cpp loaded")
         _first_eval(upstream, inputs, warm_n)
         snap(f"+ llama.cpp after a {warm_n}-token eval")
@@ -154,9 +156,10 @@ def _main_batched(args: argparse.Namespace) -> int:
     from .batched import render_batched_md, render_census_md, run_batched
     if not args.model.is_file():
         raise BenchError(f"model file not found: {args.model}")
-    if args.llama_cpp and (args.rpc or args.cpu_moe):
+    if args.llama_cpp and (args.rpc or args.cpu_moe or args.override_tensor):
         raise BenchError("-npl --llama-cpp places llama.cpp's layers with -ngl alone (llama-cpp-python's "
-                         "n_gpu_layers, on the GPU it was built for): --rpc and --cpu-moe have no counterpart there")
+                         "n_gpu_layers, on the GPU it was built for): --rpc, --cpu-moe and -ot have no counterpart "
+                         "there")
     census: dict[str, Any] | None = {} if args.census else None
     try:
         rows = run_batched(args.model, args.npl, args.npp, args.ntg, args.threads, args.batch_size, args.repetitions,

@@ -92,4 +92,5 @@ def model_info(ours: OursRunner, path: Path, threads: int, n_batch: int, n_ctx: 
             "traffic": traffic,
             "threads": threads,
             "n_batch": n_batch,
-            "n_ctx": n_ctx, "cache_type_k": m.sequence.cache_type}
+            "n_ctx": n_ctx, "cache_type_k": m.sequence.cache_type, "indexer_top_k": m.indexer_top_k,
+            "kv_overrides": [f"{key}={kind}:{value}" for key, kind, value in m.kv_overrides]}

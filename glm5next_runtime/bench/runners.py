@@ -36,8 +36,8 @@ class OursRunner:
     key = OURS
 
     def __init__(self, path: Path, n_ctx: int, n_threads: int, n_batch: int, **placement):
-        """placement: Model's rpc / n_gpu_layers / cpu_moe / cache_type_k / warmup (the bench's --rpc, -ngl,
-        --cpu-moe, -ctk, --no-warmup)."""
+        """placement: Model's rpc / n_gpu_layers / cpu_moe / cache_type_k / warmup / override_kv / override_tensor
+        (the bench's --rpc, -ngl, --cpu-moe, -ctk, --no-warmup, --override-kv, -ot)."""
         from ..model import Model
         self._load = partial(Model, path, n_ctx=n_ctx, n_threads=n_threads, n_batch=n_batch, **placement)
         self.model = self._load()
@@ -95,10 +95,40 @@ def llama_cache_kwargs(cache_type: str) -> dict[str, Any]:
                 flash_attn=cache_type.startswith("q"))
 
 
+def llama_kv_overrides(applied: Sequence[tuple[str, str, str]]) -> dict[str, bool | int | float | str]:
+    """llama_cpp.Llama's kv_overrides (a dict whose values' Python types are the override types) from glm5next's
+    applied --override-kv entries (Model.kv_overrides: (key as the file spells it, int|float|bool|str, value)):
+    both engines get the same values, checked once by glm5next's loader."""
+    cast = {"int": int, "float": float, "bool": lambda v: v == "true", "str": str}
+    return {key: cast[kind](value) for key, kind, value in applied}
+
+
+def llama_kv_override_array(L: Any, overrides: dict[str, bool | int | float | str]) -> Any:
+    """The same overrides as llama.cpp's C array (llama_model_params.kv_overrides: llama_model_kv_override entries
+    ending in one with an empty key), for llama-cpp-python's low-level API; None when there are none. `L`: the
+    llama_cpp module. Keep the array alive while the model loads."""
+    if not overrides:
+        return None
+    array = (L.llama_model_kv_override * (len(overrides) + 1))()
+    for entry, (key, value) in zip(array, overrides.items()):
+        entry.key = key.encode()
+        if isinstance(value, bool):
+            entry.tag, entry.value.val_bool = L.LLAMA_KV_OVERRIDE_TYPE_BOOL, value
+        elif isinstance(value, int):
+            entry.tag, entry.value.val_i64 = L.LLAMA_KV_OVERRIDE_TYPE_INT, value
+        elif isinstance(value, float):
+            entry.tag, entry.value.val_f64 = L.LLAMA_KV_OVERRIDE_TYPE_FLOAT, value
+        else:
+            entry.tag, entry.value.val_str = L.LLAMA_KV_OVERRIDE_TYPE_STR, value.encode()[:127]
+    return array
+
+
 class LlamaCppRunner:
     key = UPSTREAM
 
-    def __init__(self, path: Path, n_ctx: int, n_threads: int, n_batch: int, cache_type_k: str = "f16"):
+    def __init__(self, path: Path, n_ctx: int, n_threads: int, n_batch: int, cache_type_k: str = "f16",
+                 kv_overrides: dict[str, bool | int | float | str] | None = None):
+        """kv_overrides: llama_kv_overrides' dict (glm5next's applied --override-kv), or None."""
         from llama_cpp import Llama
         # llama.cpp logs warnings (e.g. about its V cache padding) straight to fd 2 even with verbose=False;
         # keep them out of the report, but show them if the load fails.
@@ -106,7 +136,7 @@ class LlamaCppRunner:
             try:
                 self.llm = Llama(model_path=str(path), n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_batch,
                                  n_threads=n_threads, n_threads_batch=n_threads, verbose=False,
-                                 **llama_cache_kwargs(cache_type_k))
+                                 kv_overrides=kv_overrides or None, **llama_cache_kwargs(cache_type_k))
             except Exception as e:
                 log = captured().strip()
                 raise BenchError(f"llama-cpp-python cannot load {path}: {e}"

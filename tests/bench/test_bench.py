@@ -7,6 +7,7 @@ import json
 import math
 import statistics
 
+import numpy as np
 import pytest
 
 from glm5next_runtime import _testing, bench
@@ -338,10 +339,10 @@ def test_batched_table_runs_placed(capsys, tiny_q8, rpc_servers):
     assert [r["backend"] for r in json.loads(out) if r["engine"] == "llama.cpp"] == ["CPU"]
 
 
-@pytest.mark.parametrize("flag", [["--rpc", "127.0.0.1:1"], ["--cpu-moe"]])
+@pytest.mark.parametrize("flag", [["--rpc", "127.0.0.1:1"], ["--cpu-moe"], ["-ot", "exps=CPU"]])
 def test_batched_llama_cpp_refuses_what_it_cannot_place(capsys, tiny_q8, flag):
     rc, _, err = _run(capsys, ["-m", str(tiny_q8), "-npl", "1", "--llama-cpp", "-ngl", "99", *flag])
-    assert rc == 2 and "--rpc and --cpu-moe have no counterpart there" in err
+    assert rc == 2 and "--rpc, --cpu-moe and -ot have no counterpart there" in err
 
 
 def test_batched_census_counts_the_graphs_of_the_run(capsys, tiny_q8):
@@ -383,3 +384,85 @@ def test_batched_draft_rows_take_a_synthetic_acceptance(capsys, tiny_q8):
     assert all(r["accepted_len"] < 3.0 for r in json.loads(out) if "mtp" in r["engine"])
     rc, _, err = _run(capsys, [*args, "--spec-accept", "0.5"])
     assert rc == 2 and "a mean accepted length per round is >= 1" in err
+
+
+# ------------------------------------------------------------------------------------------------ --override-kv
+
+TOP_K = "glm5next.attention.indexer.top_k=int:8"  # the tiny preset's file says 16
+
+
+@pytest.fixture(scope="module")
+def tiny_f32(checkpoints):
+    return checkpoints.convert(checkpoints.make("bench-tiny-f32", "tiny", dtype="f32"), outtype="f32",
+                               arch="glm5-next")
+
+
+def test_override_kv_changes_the_selections_and_llama_cpp_gets_the_same_value(tiny_f32):
+    """Both engines of a row load with the override (the key spelled as the file's architecture for llama.cpp): on
+    an f32 file with f32 caches their logits agree past top-k rows with it, as without it, and the override moves
+    them (so llama.cpp did not ignore it); glm5next's rows then select 8 keys and the tail."""
+    tokens = [(7 * i + 3) % 200 for i in range(64)]  # 4x the file's top-k: the indexer drops keys
+    logits, sizes = {}, {}
+    for override in ([], [TOP_K]):
+        ours = bench.OursRunner(tiny_f32, 128, 2, 64, cache_type_k="f32", override_kv=override)
+        upstream = bench.LlamaCppRunner(tiny_f32, 128, 2, 64, cache_type_k="f32",
+                                        kv_overrides=bench.runners.llama_kv_overrides(ours.model.kv_overrides))
+        ours.eval(tokens)
+        upstream.eval(tokens)
+        got = np.ctypeslib.as_array(upstream.llm._ctx.get_logits(), shape=(upstream._n_vocab,)).copy()
+        logits[bool(override)] = (ours._logits.copy(), got)
+        layer = ours.model.dsa_layers[0]
+        sizes[bool(override)] = max(len(s) for s in ours.model.selected_positions(layer))
+        upstream.llm.close()
+    assert sizes == {False: 16 + 3, True: 8 + 3}  # top-k keys, plus the tail's (kpool_select_tail, kpool 4)
+    for ours_logits, llama_logits in logits.values():
+        assert np.abs(ours_logits - llama_logits).max() < 1e-4
+    assert np.abs(logits[True][1] - logits[False][1]).max() > 1e-2
+    assert bench.runners.llama_kv_overrides([("glm5-next.attention.indexer.top_k", "int", "8"), ("a", "bool", "true"),
+                                             ("b", "float", "0.5"), ("c", "str", "x")]) == {
+        "glm5-next.attention.indexer.top_k": 8, "a": True, "b": 0.5, "c": "x"}
+
+
+def test_batched_llama_cpp_takes_the_override_too(tiny_f32):
+    """-npl's llama.cpp (its low-level API: the overrides as llama.cpp's C array) gives the high-level API's logits
+    with the same override."""
+    from glm5next_runtime.bench.batched import LlamaCppBatched
+    tokens = [(5 * i + 1) % 200 for i in range(64)]
+    overrides = {"glm5-next.attention.indexer.top_k": 8}
+    want = {}
+    for o in ({}, overrides):
+        upstream = bench.LlamaCppRunner(tiny_f32, 128, 2, 64, cache_type_k="f32", kv_overrides=o)
+        upstream.eval(tokens)
+        want[bool(o)] = np.ctypeslib.as_array(upstream.llm._ctx.get_logits(), shape=(upstream._n_vocab,)).copy()
+        upstream.llm.close()
+    batched = LlamaCppBatched(tiny_f32, 128, 2, 64, 1, cache_type_k="f32", kv_overrides=overrides)
+    batched._decode([(t, pos, 0, pos == len(tokens) - 1) for pos, t in enumerate(tokens)])
+    got = np.ctypeslib.as_array(batched.L.llama_get_logits_ith(batched.ctx, -1), shape=(batched.n_vocab,))
+    # 4.7e-4 measured: the low-level context's flash attention is llama.cpp's default (auto: on for the CPU), the
+    # high-level API's off; the override itself moves these logits by 1.7
+    assert np.abs(got - want[True]).max() < 2e-3 and np.abs(got - want[False]).max() > 0.1
+
+
+def test_bench_takes_override_kv_for_both_engines_and_reports_it(capsys, tiny_q8):
+    rc, out, err = _run(capsys, ["-m", str(tiny_q8), "-p", "16", "-n", "2", "-r", "1", "-t", "2", "-b", "16",
+                                 "--llama-cpp", "--override-kv", TOP_K, "-o", "json"])
+    assert rc == 0, err
+    info = json.loads(out)["model"]
+    assert info["indexer_top_k"] == 8 and info["kv_overrides"] == ["glm5-next.attention.indexer.top_k=int:8"]
+    rc, out, err = _run(capsys, ["-m", str(tiny_q8), "-npl", "1", "-npp", "8", "-ntg", "2", "-r", "1", "-t", "2",
+                                 "--llama-cpp", "--override-kv", TOP_K, "-o", "json"])
+    assert rc == 0, err
+
+
+@pytest.mark.parametrize("override,message", [
+    ("glm5next.attention.indexer.topk=int:8", "did you mean glm5-next.attention.indexer.top_k?"),
+    ("glm5next.attention.indexer.top_k=str:8", "stored as u32, not as str"),
+    ("glm5next.attention.indexer.top_k=int:0", "glm5-next.attention.indexer.top_k"),
+    ("glm5next.attention.indexer.top_k=int:6", "divide glm5-next.attention.indexer.top_k = 6"),
+])
+def test_bench_refuses_a_bad_override_naming_the_key(capsys, tiny_q8, override, message):
+    """One parser and one set of errors: glm5next's loader's, before either engine runs a row."""
+    for extra in ([], ["-npl", "1"]):
+        rc, _, err = _run(capsys, ["-m", str(tiny_q8), "-p", "8", "-n", "1", "-r", "1", *extra, "--llama-cpp",
+                                   "--override-kv", override])
+        assert rc == 2 and message in err, err

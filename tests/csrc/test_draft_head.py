@@ -73,3 +73,27 @@ def test_default_follows_the_file(checkpoints):
                 override_kv=["glm5next.index_share_for_mtp_iteration=bool:false"])
     assert np.array_equal(draft(on, tokens, 3).logits, draft(on, tokens, 3, share=True).logits)
     assert np.array_equal(draft(off, tokens, 3).logits, draft(off, tokens, 3, share=False).logits)
+
+
+def test_an_overridden_top_k_drafts_as_the_reference_with_that_top_k(checkpoints):
+    """--override-kv glm5next.attention.indexer.top_k reaches the draft head: its step 0 selects that many keys and
+    later steps share them (index sharing), as the reference built with that index_topk."""
+    from transformers import AutoConfig, Glm5NextForConditionalGeneration
+
+    from glm5next_runtime import Model
+
+    ckpt = checkpoints.make("draft-tiny", "tiny", dtype="f32")
+    config = AutoConfig.from_pretrained(ckpt)
+    top_k = config.text_config.index_topk // 2
+    config.text_config.index_topk = top_k
+    trunk = Glm5NextForConditionalGeneration.from_pretrained(ckpt, config=config, dtype=torch.float32,
+                                                             attn_implementation="sdpa")
+    tokens = random_tokens(6 * top_k + 11, seed=5)
+    want = reference_draft(trunk, NextNHead(trunk, ckpt), tokens, 3, True)
+    got = Model(checkpoints.convert(ckpt, outtype="f32"), n_ctx=512, n_threads=2, cache_type_k="f32",
+                override_kv=[f"glm5next.attention.indexer.top_k=int:{top_k}"]).draft(tokens, 3, share=True)
+    assert np.abs(got.logits - want.logits.numpy()).max() <= F32_BOUND
+    assert got.tokens == want.tokens and got.selected == want.selected
+    kpool = config.text_config.index_kpool
+    assert top_k < len(got.selected[0]) <= top_k + kpool - 1  # the top-k keys and the tail (kpool_select_tail)
+    assert got.selected[1] == got.selected[2] == got.selected[0]

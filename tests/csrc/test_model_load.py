@@ -162,13 +162,17 @@ def test_override_either_prefix_int_float_bool_str(tiny, tiny_dash):
     m = _core.Model(str(tiny_dash), ["glm5next.attention.indexer.top_k=int:32",
                                      "glm5-next.attention.layer_norm_rms_epsilon=float:0.001",
                                      "glm5next.attention.indexer.kpool_select_tail=bool:false",
-                                     "general.name=str:renamed", "glm5next.custom.note=str:a=b:c"])
+                                     "general.name=str:renamed", "custom.note=str:a=b:c"])
     hp = m.hparams
     assert hp["idx_top_k"] == 32 and m.metadata("glm5-next.attention.indexer.top_k") == 32
     # stays f32: the stored value is the float32 nearest to 0.001, not the double
     assert m.metadata("glm5next.attention.layer_norm_rms_epsilon") == float(np.float32(0.001)) == hp["rms_eps"]
     assert hp["idx_select_tail"] is False
-    assert m.metadata("general.name") == "renamed" and m.metadata("glm5-next.custom.note") == "a=b:c"
+    assert m.metadata("general.name") == "renamed" and m.metadata("custom.note") == "a=b:c"
+    assert m.kv_overrides == [("glm5-next.attention.indexer.top_k", "int", "32"),
+                              ("glm5-next.attention.layer_norm_rms_epsilon", "float", "0.001"),
+                              ("glm5-next.attention.indexer.kpool_select_tail", "bool", "false"),
+                              ("general.name", "str", "renamed"), ("custom.note", "str", "a=b:c")]
     assert _core.Model(str(tiny), ["glm5-next.attention.indexer.top_k=int:8"]).hparams["idx_top_k"] == 8
 
 
@@ -185,10 +189,26 @@ def test_override_value_may_list_several_as_llama_cpp(tiny):
     m = _core.Model(str(tiny), ["general.name=str:renamed,glm5next.expert_used_count=int:1"])
     assert m.metadata("general.name") == "renamed" and m.hparams["n_expert_used"] == 1
     # a comma not followed by KEY=TYPE: belongs to the str value (llama.cpp would split there)
-    m = _core.Model(str(tiny), ["general.name=str:a, b,c=d,glm5-next.custom.note=str:x,y"])
-    assert m.metadata("general.name") == "a, b,c=d" and m.metadata("glm5next.custom.note") == "x,y"
+    m = _core.Model(str(tiny), ["general.name=str:a, b,c=d,custom.note=str:x,y"])
+    assert m.metadata("general.name") == "a, b,c=d" and m.metadata("custom.note") == "x,y"
     with pytest.raises(ValueError, match="glm5next.block_count=int:five"):
         _core.Model(str(tiny), ["general.name=str:x,glm5next.block_count=int:five"])
+
+
+def test_an_override_of_a_key_nothing_reads_is_refused_naming_the_nearest(tiny, tmp_path):
+    """A misspelt key of the architecture's namespace would change nothing (llama.cpp ignores it silently)."""
+    with pytest.raises(ValueError, match=r"--override-kv glm5next\.attention\.indexer\.topk=int:64: the file has no "
+                                         r"key glm5next\.attention\.indexer\.topk .*did you mean "
+                                         r"glm5next\.attention\.indexer\.top_k\?"):
+        _core.Model(str(tiny), ["glm5-next.attention.indexer.topk=int:64"])
+    with pytest.raises(ValueError, match=r"glm5next\.wholly\.unknown=int:1: .*change nothing\)?$"):
+        _core.Model(str(tiny), ["glm5next.wholly.unknown=int:1"])
+    # a key the loader looks up though the file lacks it (an optional one) is taken
+    lacking = rewrite(tiny, tmp_path / "no-ctx.gguf", drop_keys=["glm5next.context_length"])
+    assert _core.Model(str(lacking)).hparams["n_ctx_train"] == 0
+    assert _core.Model(str(lacking), ["glm5next.context_length=int:4096"]).hparams["n_ctx_train"] == 4096
+    with pytest.raises(ValueError, match="topk"):  # the same rule where only the hyper-parameters are read
+        _core.read_hparams(str(tiny), ["glm5next.attention.indexer.topk=int:64"])
 
 
 @pytest.mark.parametrize("spec,message", [

@@ -33,6 +33,7 @@ RENDERED = "[gMASK]<sop><|user|>\nHi there<|assistant|>\n<think>"  # the generat
 NO_THINK = {"enable_thinking": False}
 MESSAGES = [{"role": "user", "content": "Hi there"}]
 SLOT_CTX = 512  # srv: -c 1024 shared by 2 slots; locked: -c 512 for each slot (--kv-unified)
+TOP_K_OVERRIDE = "glm5next.attention.indexer.top_k=int:8"  # locked's (the file: 16)
 DEFAULT_N = 12  # srv's -n
 
 
@@ -48,7 +49,8 @@ def srv(plain_gguf, tmp_path_factory):
 @pytest.fixture(scope="module")
 def locked(plain_gguf, tmp_path_factory):
     server = Server(plain_gguf, tmp_path_factory.mktemp("locked") / "server.log", "--api-key", KEY, "--no-slots",
-                    "--no-jinja", "--props", "-kvu", "-np", "2", "--host", "127.0.0.1,127.0.0.2", n_ctx=SLOT_CTX)
+                    "--no-jinja", "--props", "-kvu", "-np", "2", "--host", "127.0.0.1,127.0.0.2",
+                    "--override-kv", TOP_K_OVERRIDE, n_ctx=SLOT_CTX)
     yield server
     server.stop()
 
@@ -332,6 +334,16 @@ def test_props(srv, model):
     assert out["chat_template"] == model.chat_template and out["build_info"] == BUILD_INFO
     assert out["modalities"] == {"vision": False, "audio": False}
     assert (out["endpoint_slots"], out["endpoint_props"], out["endpoint_metrics"]) == (True, False, True)
+    assert out["indexer_top_k"] == model.hparams["idx_top_k"] == 16 and out["kv_overrides"] == []
+
+
+def test_props_and_the_load_log_say_the_effective_top_k_and_the_overrides(locked):
+    status, raw = get(locked, "/props", headers=AUTH)
+    out = json.loads(raw)
+    assert status == 200 and out["indexer_top_k"] == 8
+    assert out["kv_overrides"] == ["glm5next.attention.indexer.top_k=int:8"]
+    assert ("indexer: top-k 8 keys per query (2 pools of 4; the file's unless overridden); --override-kv applied: "
+            "glm5next.attention.indexer.top_k=int:8") in locked.log.read_text()
 
 
 def test_post_props_with_the_flag_changes_nothing(locked):

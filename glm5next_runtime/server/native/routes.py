@@ -104,6 +104,9 @@ def create_native_router(path: RequestPipeline, sleeping: Callable[[], bool]) ->
             **{f"{name}_token": token_text(tokenizer, [special[name]]) if name in special else ""
                for name in ("bos", "eos")},
             "build_info": BUILD_INFO, "is_sleeping": sleeping(),
+            # this runtime's: the sparse indexer's effective top-k and the --override-kv entries applied
+            "indexer_top_k": first.indexer_top_k,
+            "kv_overrides": [f"{key}={kind}:{value}" for key, kind, value in first.kv_overrides],
         }
 
     @router.post("/props")
