@@ -442,7 +442,7 @@ class Generator:
     @property
     def stats(self) -> dict:
         """
-        Counters since start(): prompt tokens (and of those resumed from the cache), timings (ms), speculation (n_drafts = rounds that carried drafts, n_drafted, n_accepted, acceptance_per_position, drafted_at, accepted_at, mean_accepted_length = accepted drafts + 1 per round, rounds_at_length = rounds allowed k drafts for k = 0..n_max).
+        Counters since start(): prompt tokens (and of those resumed from the cache), timings (ms), speculation (n_drafts = rounds that carried drafts, n_drafted, n_accepted, acceptance_per_position, drafted_at, accepted_at, mean_accepted_length = accepted drafts + 1 per round, rounds_at_length = rounds allowed k drafts for k = 0..n_max), pending_rows_max (the most draft-head rows, each a hidden state of n_embd floats, held at once on the host).
         """
 class Batch:
     """

@@ -65,6 +65,7 @@ py::dict stats_dict(const glm5next::SpecStats & s) {
     d["accepted_at"] = s.accepted_at;  // rounds that accepted position i
     d["rounds_at_length"] = s.rounds_at_length;  // rounds allowed k drafts, k = 0..n_max (0: none)
     d["mean_accepted_length"] = s.n_rounds ? double(s.n_accepted + s.n_rounds) / double(s.n_rounds) : 0.0;
+    d["pending_rows_max"] = s.pending_rows_max;  // the most draft-head rows (hidden states) held at once
     d["prompt_ms"] = s.prompt_ms;
     d["draft_ms"] = s.draft_ms;
     d["verify_ms"] = s.verify_ms;
@@ -217,7 +218,8 @@ for a seed, or speculative sampling's rejection).)doc")
                                "Counters since start(): prompt tokens (and of those resumed from the cache), timings (ms), speculation (n_drafts = rounds "
                                "that carried drafts, n_drafted, n_accepted, acceptance_per_position, drafted_at, "
                                "accepted_at, mean_accepted_length = accepted drafts + 1 per round, rounds_at_length = rounds "
-                               "allowed k drafts for k = 0..n_max).");
+                               "allowed k drafts for k = 0..n_max), pending_rows_max (the most draft-head rows, each a "
+                               "hidden state of n_embd floats, held at once on the host).");
 
     py::class_<Batch>(mod, "Batch", R"doc(One round for several generators, each on its own sequence of one engine, in
 shared graphs (csrc/runtime/batch.h): set(generators, max_tokens), then begin(), draft_step(masks) while drafting,

@@ -72,7 +72,8 @@ void Batch::begin() {
         std::vector<Generator *> owners;
         for (size_t i = 0; i < gens_.size(); ++i) {
             DraftPart part;
-            if (in_round_[i] && gens_[i]->draft_part(part)) {
+            // (a prompting generator's: the draft-head rows of the ubatches it evaluated, Generator::prompt_ran)
+            if ((in_round_[i] || gens_[i]->prompting()) && gens_[i]->draft_part(part)) {
                 parts.push_back(part);
                 owners.push_back(gens_[i]);
             }

@@ -68,6 +68,7 @@ int32_t Generator::start(const std::vector<int32_t> & prompt, bool cache_prompt,
         const auto t0 = std::chrono::steady_clock::now();
         engine_.run_trunk({part});
         prompt_ran(ms_since(t0));
+        run_draft_parts();  // the draft-head rows of the ubatches evaluated so far (prompt_ran)
     }
     const int32_t first = finish_prompt(mask);
     write_pending_rows();  // now, so that the prompt-end checkpoint can serve drafting
@@ -86,6 +87,10 @@ void Generator::write_pending_rows() {
     if (!chain_ || pending_x_.empty()) return;
     flush_rows_ = (int64_t) pending_x_.size();
     prompt_rows_ = 0;
+    run_draft_parts();
+}
+
+void Generator::run_draft_parts() {
     DraftPart part;
     while (draft_part(part)) {
         const auto t0 = std::chrono::steady_clock::now();
@@ -118,12 +123,7 @@ const std::vector<int32_t> & Generator::draft(int64_t max_tokens) {
 
 int64_t Generator::begin_draft(int64_t max_tokens) {
     const int64_t limit = begin_round(max_tokens);
-    DraftPart part;
-    while (draft_part(part)) {
-        const auto t0 = std::chrono::steady_clock::now();
-        engine_.run_draft({part});
-        draft_ran(part, ms_since(t0));
-    }
+    run_draft_parts();
     return limit;
 }
 
@@ -190,9 +190,12 @@ void Generator::begin_prompt(const std::vector<int32_t> & prompt, bool cache_pro
     prompt_at_ = c;
     // Draft rows (h_p, x_{p+1}) wait to be written: from the row before the first one evaluated (the NextN layer's
     // rows before it were kept), or from position 0.
-    pending_pos_ = c > 0 ? c - 1 : 0;
+    pending_pos_ = pending_from_ = c > 0 ? c - 1 : 0;
     drop_pending_rows();
-    if (drafting() && c < (int64_t) prompt.size() && c > 0) pending_h_ = h_before;
+    if (drafting() && c < (int64_t) prompt.size() && c > 0) {
+        pending_h_ = h_before;
+        pending_x_.assign(1, prompt[c]);
+    }
     h_last_ = h_before;  // the whole prompt resumed: its last row's
     prompting_ = true;
     stats_.prompt_ms = ms_since(t0);
@@ -213,9 +216,21 @@ bool Generator::prompt_part(TrunkPart & part, int64_t max_rows) {
 void Generator::prompt_ran(double ms) {
     const int64_t n_embd = engine_.n_embd();
     seq_.checkpoint_if_due();
-    if (drafting()) pending_h_.insert(pending_h_.end(), prompt_out_.hidden.begin(), prompt_out_.hidden.end());
+    const int64_t end = prompt_at_ + prompt_out_.n_tokens;
+    if (drafting()) {
+        // row p pairs h_p with x_{p+1}: every row's next token is the prompt's but the last row's (the first token
+        // sampled: finish_prompt). The rows of whole ubatches are written before the next ubatch (start, Batch::begin):
+        // the hidden states held stay under two ubatches (issue 51: kept to the first round they took 16 KiB per
+        // token on GLM-5.3-Flash, 2 GiB at 128k, and were moved to the front once per ubatch written: O(N^2)).
+        pending_h_.insert(pending_h_.end(), prompt_out_.hidden.begin(), prompt_out_.hidden.end());
+        pending_x_.insert(pending_x_.end(), prompt_.begin() + prompt_at_ + 1,
+                          prompt_.begin() + std::min<int64_t>(end + 1, (int64_t) prompt_.size()));
+        note_pending_rows();
+        const int64_t n_batch = engine_.params().n_batch;
+        flush_rows_ = (int64_t) pending_x_.size() / n_batch * n_batch;
+    }
     h_last_.assign(prompt_out_.hidden.end() - n_embd, prompt_out_.hidden.end());
-    prompt_at_ += prompt_out_.n_tokens;
+    prompt_at_ = end;
     stats_.prompt_ms += ms;
 }
 
@@ -228,16 +243,14 @@ int32_t Generator::finish_prompt(const uint32_t * mask) {
     seq_.plan_checkpoints({});
     if (drafting() && stats_.n_cached < (int64_t) prompt_.size()) {  // the last row pairs with the next token
         pending_h_.resize(pending_h_.size() - n_embd);
-        pending_x_.assign(prompt_.begin() + pending_pos_ + 1, prompt_.end());
-        // Up to a ubatch of them wait for the first round that drafts (begin_round): a generation that rests before
-        // one (a batch of four sequences on the bundled model, whose policy is quiet) never writes them, where it
-        // used to write them at its first round for nothing (the NextN layer over the prompt once more: 0.5-1.7% of
-        // a 4-client run). A longer prompt's are written at the first round, as its hidden states are large to keep.
-        if ((int64_t) pending_x_.size() > engine_.params().n_batch) {
-            flush_rows_ = (int64_t) pending_x_.size();
-        } else {
-            prompt_rows_ = (int64_t) pending_x_.size();
-        }
+        // A prompt of up to a ubatch of rows has them wait for the first round that drafts (begin_round): a
+        // generation that rests before one (a batch of four sequences on the bundled model, whose policy is quiet)
+        // never writes them, where it used to write them at its first round for nothing (the NextN layer over the
+        // prompt once more: 0.5-1.7% of a 4-client run). A longer prompt's (whose whole ubatches were written as it
+        // was evaluated) are written at the first round, before its step 0.
+        const bool long_prompt = pending_pos_ + (int64_t) pending_x_.size() - pending_from_ > engine_.params().n_batch;
+        flush_rows_ = long_prompt ? (int64_t) pending_x_.size() : 0;
+        prompt_rows_ = long_prompt ? 0 : (int64_t) pending_x_.size();
     } else {
         pending_h_.clear();
     }
@@ -334,6 +347,7 @@ bool Generator::draft_part(DraftPart & part) {
     if (flush_rows_ == 0 && (!drafted_ || draft_limit_ == 0 || chain_began_)) return false;
     // rows written without drafting (a prompt's, deferred ones, or the first ubatches of a long step 0), n_batch at
     // a time; then step 0 with the rest
+    note_pending_rows();
     const bool step0 = flush_rows_ == 0 && rows <= n_batch;
     part_rows_ = step0 ? rows : std::min(n_batch, flush_rows_ > 0 ? flush_rows_ : rows);
     if (step0) {

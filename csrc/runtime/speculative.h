@@ -66,6 +66,9 @@ struct SpecStats {
     int64_t n_drafted = 0, n_accepted = 0;
     std::vector<int64_t> drafted_at, accepted_at;  // per draft position (0 = first draft of a round)
     std::vector<int64_t> rounds_at_length;         // [n_max + 1]: rounds by the drafts they were allowed (0: none)
+    // The most draft-head rows waiting at once to be written (each holds the trunk's hidden state, n_embd floats, on
+    // the host): a prompt's are written a ubatch at a time as it is evaluated, so this stays under two ubatches.
+    int64_t pending_rows_max = 0;
     double prompt_ms = 0, draft_ms = 0, verify_ms = 0;
 };
 
@@ -218,6 +221,12 @@ private:
     bool keeps_by_match() const { return sampler_.greedy() || spec_.sampled_accept == SampledAccept::match; }
     // Writes the pending draft-head rows now instead of with the next round's step 0.
     void write_pending_rows();
+    // Runs the draft parts due (draft_part / draft_ran) alone, one graph each.
+    void run_draft_parts();
+    // Counts the draft-head rows waiting now into stats_.pending_rows_max.
+    void note_pending_rows() {
+        stats_.pending_rows_max = std::max<int64_t>(stats_.pending_rows_max, (int64_t) pending_x_.size());
+    }
     // Drops the pending draft-head rows and what was planned for them (which to flush, which wait for a drafting
     // round, a flush's timing so far): a new prompt's rows replace them, or the policy gave drafting up.
     void drop_pending_rows();
@@ -274,6 +283,7 @@ private:
     std::vector<float> pending_h_;
     std::vector<int32_t> pending_x_;
     int64_t pending_pos_ = 0;
+    int64_t pending_from_ = 0;  // pending_pos_ when the prompt began: the prompt's draft-head rows start here
     int64_t flush_rows_ = 0;   // of them, the first ones to write without drafting (a prompt's rows, deferred rows)
     int64_t prompt_rows_ = 0;  // of them, the first ones: a prompt's, waiting for a round that drafts (finish_prompt)
     bool deferred_flush_ = false;  // the flush writes rows deferred (by rounds without drafts, or a prompt's that

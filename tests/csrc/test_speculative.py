@@ -176,3 +176,30 @@ def test_drafts_are_capped_by_the_tokens_the_request_may_still_produce(model, ma
     assert len(r.tokens) == max_tokens
     assert m["n_accepted"] + m["n_drafts"] <= max_tokens - 1  # the tokens of the rounds that drafted
     assert m["n_drafted"] <= max_tokens - 2 if max_tokens > 2 else m["n_drafted"] == 0
+
+
+def test_a_long_prompts_draft_head_rows_are_written_a_ubatch_at_a_time_as_it_is_evaluated(checkpoints):
+    """Issue 51: a prompt's draft-head rows (the trunk's hidden state of each row, 16 KiB per token on GLM-5.3-Flash)
+    are written as its ubatches are evaluated, not held to the first round: a 200-token prompt in ubatches of 16 holds
+    fewer than two ubatches of them at any time, alone (Generator.start) and batched (_core.Batch), and emits plain
+    decoding's tokens both ways."""
+    from glm5next_runtime import Model, _core
+    ckpt = checkpoints.make("spec-predictable", "predictable", dtype="f32")
+    m = Model(checkpoints.convert(ckpt, outtype="f32"), n_ctx=512, n_threads=2, n_batch=16, draft_adaptive=False)
+    prompt = random_tokens(200, seed=21)
+    plain, _ = run(m, prompt, 40, n_max=0, temperature=0.0)
+    alone, stats = run(m, prompt, 40, n_max=3, temperature=0.0)
+    assert alone == plain and 0 < stats["pending_rows_max"] < 2 * 16
+
+    g = m.generator(n_max=3, temperature=0.0)
+    _core.Batch.start(g, prompt, False)
+    batch, out = _core.Batch(m.engine), []
+    while len(out) < 40:
+        batch.set([g], [40 - len(out)], None)
+        batch.begin()
+        while batch.drafting:
+            batch.draft_step([None])
+        batch.verify([None])
+        out += batch.emitted(0)
+    g.finish()
+    assert out[:40] == plain and 0 < g.stats["pending_rows_max"] < 2 * 16 and g.stats["n_accepted"] > 0
