@@ -13,18 +13,31 @@ with a string branch) stays text (`null` is None where null is allowed), an enum
 other is JSON of its type, and a value that is not of its type stays text. Several calls may follow each other;
 text around them is the reply's content. A call that does not parse (no name, a key without a value, a nested
 <tool_call>) stays in the content as it was written: a model's malformed output is shown, never a crash.
+
+A tag is markup only where the call's structure puts it (issue 51): a VALUE may hold the markup's own tags (code that
+edits a parser or a template, a test of this module), which GLM-4.7/5.x write as the same single tokens. So a
+</arg_value> ends a VALUE only where <arg_key> or </tool_call> follows it, and of the readings of a call that the
+text allows, the first one after which the reply ends or the next <tool_call> begins is taken (the first reading at
+all where none does: text after a call is content). A call is therefore final only once what follows it is known:
+the next call's tag, or the reply's end (ToolCallSplitter.flush).
 """
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
-_ARG = re.compile(r"\s*<arg_key>(.*?)</arg_key>\s*<arg_value>(.*?)</arg_value>", re.S)
+CALL_OPEN, CALL_CLOSE, VALUE_CLOSE = "<tool_call>", "</tool_call>", "</arg_value>"
 _NAME = re.compile(r"\s*([^\s<]+)")
+_ARG_HEAD = re.compile(r"\s*<arg_key>(.*?)</arg_key>\s*<arg_value>", re.S)  # then the VALUE
+_CALL_END = re.compile(r"\s*</tool_call>")
+_AFTER_VALUE = re.compile(r"\s*(?:<arg_key>|</tool_call>)")  # what makes a </arg_value> the VALUE's end
+_NEXT_CALL = re.compile(r"\s*<tool_call>")
+# The readings of one call tried before the first is taken: each is a choice of which </arg_value> ends each VALUE,
+# so a text full of them could have exponentially many (a model's output, not an attacker's, but bounded anyway).
+_MAX_READINGS = 64
 
 
 @dataclass(frozen=True)
@@ -122,21 +135,73 @@ def _type_of(value: Any) -> str:
     return "array" if isinstance(value, list) else "object"
 
 
-def parse_call(body: str, schemas: ArgumentSchemas) -> ToolCall | None:
-    """The call written between <tool_call> and </tool_call>, or None when `body` is not one (module docstring).
-    schemas: argument_schemas of the request's tools."""
-    name = _NAME.match(body)
-    if name is None or CALL_OPEN in body:
+@dataclass(frozen=True)
+class _Reading:
+    """One reading of a call's markup: where it ends (past its </tool_call>), its name and (key, VALUE text) pairs."""
+    end: int
+    name: str
+    args: tuple[tuple[str, str], ...]
+
+
+def _readings(text: str, at: int) -> Iterator[_Reading]:
+    """Every reading of text[at:] (just past a <tool_call>) as one call, the ones whose VALUEs end at their first
+    possible </arg_value> first."""
+    name = _NAME.match(text, at)
+    if name is not None:
+        yield from _arguments(text, name.end(), name.group(1), ())
+
+
+def _arguments(text: str, at: int, name: str, args: tuple[tuple[str, str], ...]) -> Iterator[_Reading]:
+    if (end := _CALL_END.match(text, at)) is not None:
+        yield _Reading(end.end(), name, args)
+    head = _ARG_HEAD.match(text, at)
+    if head is None:
+        return
+    key, start = head.group(1).strip(), head.end()
+    close = text.find(VALUE_CLOSE, start)
+    while close >= 0:
+        after = close + len(VALUE_CLOSE)
+        if _AFTER_VALUE.match(text, after):
+            yield from _arguments(text, after, name, args + ((key, text[start:close]),))
+        close = text.find(VALUE_CLOSE, after)
+
+
+def _ends_calls(text: str, at: int, final: bool) -> bool | None:
+    """Whether text[at:] is what may follow a reply's call (the next <tool_call>, or nothing more when `final`);
+    None while it is not known yet (blank so far, or the start of a <tool_call>)."""
+    if _NEXT_CALL.match(text, at):
+        return True
+    rest = text[at:].lstrip()
+    if not rest:
+        return True if final else None
+    return None if not final and CALL_OPEN.startswith(rest) else False
+
+
+def _call_of(reading: _Reading, schemas: ArgumentSchemas) -> ToolCall:
+    params = schemas.get(reading.name, {})
+    return ToolCall(reading.name, {key: read_argument(value, params.get(key)) for key, value in reading.args})
+
+
+def read_call(text: str, schemas: ArgumentSchemas, final: bool) -> tuple[int, ToolCall | None] | None:
+    """The call `text` begins with (at its <tool_call>, module docstring), once decided: (where it ends, the call),
+    or (where the markup that is no call ends: past its first </tool_call>, or all of it, None); None while the text
+    so far leaves it open (not `final`: the reply goes on). schemas: argument_schemas of the request's tools."""
+    first = None
+    for n, reading in enumerate(_readings(text, len(CALL_OPEN))):
+        first = first or reading
+        ends = _ends_calls(text, reading.end, final)
+        if ends is None:
+            return None
+        if ends:
+            return reading.end, _call_of(reading, schemas)
+        if n + 1 == _MAX_READINGS:
+            break
+    if not final:
         return None
-    at, args = name.end(), {}
-    params = schemas.get(name.group(1), {})
-    while (arg := _ARG.match(body, at)) is not None:
-        key, value = arg.group(1).strip(), arg.group(2)
-        args[key] = read_argument(value, params.get(key))
-        at = arg.end()
-    if body[at:].strip():  # something that is not an argument
-        return None
-    return ToolCall(name.group(1), args)
+    if first is not None:
+        return first.end, _call_of(first, schemas)
+    close = text.find(CALL_CLOSE)
+    return (close + len(CALL_CLOSE) if close >= 0 else len(text)), None
 
 
 def _json_or_text(value: str) -> Any:
@@ -147,9 +212,10 @@ def _json_or_text(value: str) -> Any:
 
 
 class ToolCallSplitter:
-    """Streams a reply's content: text outside <tool_call>...</tool_call> is content, each complete call becomes
-    a ToolCall. A tail that may still grow into <tool_call> is held back until it is decided, and a call is held
-    until it closes (so no piece of the markup leaks into the content)."""
+    """Streams a reply's content: text outside <tool_call>...</tool_call> is content, each call becomes a ToolCall
+    once it is decided (read_call: the next call's tag follows it, or the reply ends). A tail that may still grow
+    into <tool_call> is held back until it is decided, and a call is held until it is (so no piece of the markup
+    leaks into the content)."""
 
     def __init__(self, schemas: ArgumentSchemas):
         """schemas: argument_schemas of the request's tools."""
@@ -157,36 +223,35 @@ class ToolCallSplitter:
         self._pending = ""
 
     def feed(self, text: str) -> tuple[str, list[ToolCall]]:
-        """Add a piece of content; returns the content that became final and the calls that completed."""
-        pieces = self.segments(text)
-        return "".join(p for p in pieces if isinstance(p, str)), [p for p in pieces if isinstance(p, ToolCall)]
+        """Add a piece of content; returns the content that became final and the calls that were decided."""
+        return _content_and_calls(self.segments(text))
 
-    def segments(self, text: str) -> list[str | ToolCall]:
-        """As feed, in the reply's order: the content that became final and the completed calls as they
-        alternate (no empty strings)."""
+    def segments(self, text: str, final: bool = False) -> list[str | ToolCall]:
+        """As feed, in the reply's order: the content that became final and the decided calls as they alternate (no
+        empty strings). final: the reply ends after `text` (what flush does)."""
         self._pending += text
         out: list[str | ToolCall] = []
-        while True:
-            start = self._pending.find(CALL_OPEN)
-            if start < 0:
-                keep = _partial_suffix(self._pending, CALL_OPEN)
-                out.append(self._pending[:len(self._pending) - keep])
-                self._pending = self._pending[len(self._pending) - keep:]
+        while (start := self._pending.find(CALL_OPEN)) >= 0:
+            out.append(self._pending[:start])
+            self._pending = self._pending[start:]
+            decided = read_call(self._pending, self._schemas, final)
+            if decided is None:
                 return [p for p in out if p != ""]
-            end = self._pending.find(CALL_CLOSE, start)
-            if end < 0:
-                out.append(self._pending[:start])
-                self._pending = self._pending[start:]
-                return [p for p in out if p != ""]
-            call = parse_call(self._pending[start + len(CALL_OPEN):end], self._schemas)
-            written = self._pending[start:end + len(CALL_CLOSE)]
-            out += [self._pending[:start] + ("" if call else written)] + ([call] if call else [])
-            self._pending = self._pending[end + len(CALL_CLOSE):]
+            end, call = decided
+            out.append(call if call is not None else self._pending[:end])
+            self._pending = self._pending[end:]
+        keep = 0 if final else _partial_suffix(self._pending, CALL_OPEN)
+        out.append(self._pending[:len(self._pending) - keep])
+        self._pending = self._pending[len(self._pending) - keep:]
+        return [p for p in out if p != ""]
 
-    def flush(self) -> str:
-        """At the end of the reply: the held-back rest (an unclosed call included) is content."""
-        out, self._pending = self._pending, ""
-        return out
+    def flush(self) -> tuple[str, list[ToolCall]]:
+        """At the end of the reply: the calls it decides and the rest of the content (an unclosed call included)."""
+        return _content_and_calls(self.segments("", final=True))
+
+
+def _content_and_calls(pieces: list[str | ToolCall]) -> tuple[str, list[ToolCall]]:
+    return "".join(p for p in pieces if isinstance(p, str)), [p for p in pieces if isinstance(p, ToolCall)]
 
 
 def _partial_suffix(text: str, tag: str) -> int:
@@ -196,9 +261,7 @@ def _partial_suffix(text: str, tag: str) -> int:
 
 def split_tool_calls(text: str, schemas: ArgumentSchemas) -> tuple[str, list[ToolCall]]:
     """(content, calls) of a whole reply's content; schemas: argument_schemas of the request's tools."""
-    splitter = ToolCallSplitter(schemas)
-    content, calls = splitter.feed(text)
-    return content + splitter.flush(), calls
+    return _content_and_calls(ToolCallSplitter(schemas).segments(text, final=True))
 
 
 def tools_preamble(tools: Sequence[Mapping[str, Any]]) -> str:

@@ -62,13 +62,13 @@ class Parts:
         last part closed."""
         tail = self._add("reasoning", self._splitter.flush()[0]) if self._splitter is not None else []
         if self._calls is not None:
-            tail += self._text(self._calls.flush())
+            tail += self._content("", final=True)
         return tail + self._close()
 
-    def _content(self, text: str) -> list[Change]:
+    def _content(self, text: str, final: bool = False) -> list[Change]:
         if self._calls is None:
             return self._add("text", text)
-        return [c for piece in self._calls.segments(text)
+        return [c for piece in self._calls.segments(text, final)
                 for c in (self._call(piece) if isinstance(piece, ToolCall) else self._text(piece))]
 
     def _text(self, text: str) -> list[Change]:

@@ -51,8 +51,10 @@ class StreamedCalls:
         content, calls = self._splitter.feed(text)
         return content, self._entries(calls)
 
-    def flush(self) -> str:
-        return self._splitter.flush()
+    def flush(self) -> tuple[str, list[dict[str, Any]]]:
+        """At the reply's end: the rest of the content and the entries of the calls that end it."""
+        content, calls = self._splitter.flush()
+        return content, self._entries(calls)
 
     def _entries(self, calls: list[ToolCall]) -> list[dict[str, Any]]:
         out = []

@@ -62,7 +62,9 @@ def test_a_stream_split_anywhere_gives_the_whole_replys_calls(seed):
         text, done = splitter.feed(piece)
         assert "<" not in text  # no piece of the markup leaks into the content
         content, calls = content + text, calls + done
-    assert (content + splitter.flush(), calls) == ("Let me check. ", WANT)
+    assert calls == WANT[:1]  # the first call once the second's tag follows it; the last at the reply's end
+    rest, last = splitter.flush()
+    assert (content + rest, calls + last) == ("Let me check. ", WANT)
 
 
 # A parameter per schema kind (issue 25, item 4), and what the model's text for it reads as: strings stay text,
@@ -126,7 +128,8 @@ def test_arguments_are_typed_by_their_schema_streamed_token_by_token():
     splitter, calls = ToolCallSplitter(argument_schemas(TYPED_TOOLS)), []
     for i in range(0, len(text), 3):
         calls += splitter.feed(text[i:i + 3])[1]
-    assert splitter.flush() == "" and calls == want
+    rest, last = splitter.flush()
+    assert rest == "" and calls + last == want
 
 
 def test_typed_arguments_in_openai_tool_calls():
@@ -137,6 +140,40 @@ def test_typed_arguments_in_openai_tool_calls():
     message = typed.whole(result(text))["choices"][0]["message"]
     assert json.loads(message["tool_calls"][0]["function"]["arguments"]) == {"nullable": "123", "integer": 7,
                                                                             "boolean": True}
+
+
+# Arguments that hold the markup's own tags (issue 51, item 6: an agent editing a parser or a template writes them, as
+# single tokens, like the markup's): a tag is markup only where the call's structure puts it.
+EDIT = {"path": "tool_calls.py",
+        "new": 'CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"\nEND = "</arg_value></tool_call>" + x\n',
+        "old": "<arg_key>k</arg_key><arg_value>v</arg_value>"}
+EDIT_TOOLS = [{"type": "function", "function": {"name": "edit", "parameters": {"type": "object", "properties": {
+    k: {"type": "string"} for k in EDIT}}}}]
+
+
+@pytest.mark.parametrize("after", ["", "<tool_call>now</tool_call>"])
+def test_an_argument_holding_the_markups_own_tags_is_read_whole(after):
+    text = "I'll edit it." + call_markup("edit", EDIT) + after
+    content, calls = split_tool_calls(text, argument_schemas(EDIT_TOOLS))
+    assert content == "I'll edit it." and calls == [ToolCall("edit", EDIT)] + ([ToolCall("now", {})] if after else [])
+
+
+@pytest.mark.parametrize("step", [1, 5, 64])
+def test_an_argument_holding_the_markups_own_tags_streamed(step):
+    """Streamed, the call is decided once what follows it is known: the next call's tag, or the reply's end."""
+    text = call_markup("edit", EDIT) + "\n" + call_markup("edit", EDIT)
+    splitter, content, calls = ToolCallSplitter(argument_schemas(EDIT_TOOLS)), "", []
+    for i in range(0, len(text), step):
+        piece, done = splitter.feed(text[i:i + step])
+        content, calls = content + piece, calls + done
+    assert calls == [ToolCall("edit", EDIT)]
+    rest, last = splitter.flush()
+    assert (content + rest).strip() == "" and calls + last == [ToolCall("edit", EDIT)] * 2
+
+
+def test_text_after_a_call_is_still_content_when_no_reading_ends_the_reply():
+    text = "<tool_call>echo<arg_key>text</arg_key><arg_value>hi</arg_value></tool_call> and then some words"
+    assert split_tool_calls(text, SCHEMAS) == (" and then some words", [ToolCall("echo", {"text": "hi"})])
 
 
 def test_call_markup_reads_back():

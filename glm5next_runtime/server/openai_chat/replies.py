@@ -96,8 +96,10 @@ class ChatReply(Reply):
 
     def _finish(self, result: GenerationResult) -> list[dict[str, Any]]:
         tail = self._split_deltas(*self._splitter.flush()) if self._splitter is not None else []
-        if self._calls is not None and (rest := self._calls.flush()):
-            tail.append(self._delta({"content": rest}))
+        if self._calls is not None:
+            rest, calls = self._calls.flush()
+            tail += ([self._delta({"content": rest})] if rest else []) + ([self._delta({"tool_calls": calls})]
+                                                                           if calls else [])
         n_calls = self._calls.n_calls if self._calls is not None else 0
         return tail + self._with_logprobs([self._delta({}, finish_reason(result.finish_reason, n_calls), result)])
 
