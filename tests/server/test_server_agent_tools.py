@@ -27,7 +27,7 @@ from glm5next_runtime.server.openai_responses.replies import ResponsesReply
 from glm5next_runtime.server.openai_chat.replies import ChatReply
 from glm5next_runtime.server.slot_tasks import SlotTask
 from glm5next_runtime.server.tool_replies import ToolCalls
-from glm5next_runtime.tool_calls import argument_schemas
+from glm5next_runtime.tool_calls import argument_schemas, call_markup
 from live_server import TIMEOUT, Server, post_json
 
 N = 16
@@ -346,3 +346,45 @@ def test_malformed_markup_and_a_reply_without_calls_stay_text():
     assert whole["content"] == [{"type": "text", "text": text}] and whole["stop_reason"] == "end_turn"
     output = ResponsesReply("m", False, {}, TOOLS).whole(finished("  Sunny.\n"))["output"]
     assert [(o["type"], o["content"][0]["text"]) for o in output] == [("message", "Sunny.")]
+
+
+# An agent's edit whose arguments hold GLM's markup itself (issue 51, item 6: code that edits a parser or a template),
+# which GLM-4.7/5.x write as the same single tokens as the markup's own tags.
+EDIT_ARGS = {"path": "parser.py", "new": 'END = "</arg_value></tool_call>"\nSTART = "<tool_call>f<arg_key>a</arg_key>"\n'}
+EDIT_TOOLS = ToolCalls(argument_schemas([{"type": "function", "function": {"name": "edit", "parameters": {
+    "type": "object", "properties": {"path": {"type": "string"}, "new": {"type": "string"}}}}}]))
+EDIT_REPLY = "Editing it.\n" + call_markup("edit", EDIT_ARGS)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_markup_inside_argument_values_round_trips_on_every_api(seed):
+    """Whole and streamed in any split, on chat completions, Messages (the anthropic client's accumulator rebuilds
+    the call) and Responses (its events parse as the openai client's types): one call, its arguments as written."""
+    chat = ChatReply("m", None, False, tools=EDIT_TOOLS)
+    message = chat.whole(finished(EDIT_REPLY))["choices"][0]
+    assert message["finish_reason"] == "tool_calls" and message["message"]["content"] == "Editing it."
+    assert [json.loads(c["function"]["arguments"]) for c in message["message"]["tool_calls"]] == [EDIT_ARGS]
+    chat = ChatReply("m", None, False, tools=EDIT_TOOLS)
+    chunks = [c for p in pieces(EDIT_REPLY, seed) for c in chat.piece(p)] + chat.end(finished(EDIT_REPLY))
+    deltas = [c["choices"][0]["delta"] for c in chunks if c.get("choices")]
+    assert "".join(d.get("content") or "" for d in deltas).strip() == "Editing it."
+    assert [json.loads(e["function"]["arguments"]) for d in deltas for e in d.get("tool_calls", [])] == [EDIT_ARGS]
+
+    reply = bound(AnthropicReply("m", False, [], lambda ids: "", EDIT_TOOLS))
+    events = reply.start() + [e for p in pieces(EDIT_REPLY, seed) for e in reply.piece(p)] + \
+        reply.end(finished(EDIT_REPLY))
+    snapshot, parse = None, TypeAdapter(anthropic.types.RawMessageStreamEvent).validate_python
+    for event in events:
+        if event["type"] != "ping":
+            snapshot = accumulate_event(event=parse(event), current_snapshot=snapshot, json_bufs={})
+    final = snapshot.model_dump(exclude_none=True)
+    assert [(b["type"], b.get("input")) for b in final["content"]] == [("text", None), ("tool_use", EDIT_ARGS)]
+    assert final["stop_reason"] == "tool_use"
+
+    events = streamed(ResponsesReply("m", False, {}, EDIT_TOOLS), EDIT_REPLY)
+    for event in events[:-1]:
+        TypeAdapter(openai.types.responses.ResponseStreamEvent).validate_python(event)
+    calls = [o for o in events[-1]["response"]["output"] if o["type"] == "function_call"]
+    assert [(o["name"], json.loads(o["arguments"])) for o in calls] == [("edit", EDIT_ARGS)]
+    whole = ResponsesReply("m", False, {}, EDIT_TOOLS).whole(finished(EDIT_REPLY))["output"]
+    assert [json.loads(o["arguments"]) for o in whole if o["type"] == "function_call"] == [EDIT_ARGS]
