@@ -433,6 +433,67 @@ Selection BlockBuilder::select(GraphPart & part, ggml_tensor * pooled, ggml_tens
     return Selection{kpool_top_k_std(ctx, scores, part.kpool_rows->n_cand, part.kpool.n_top_pool), &part.kpool, true};
 }
 
+bool BlockBuilder::at_once(const LayerWeights & w, bool run_indexer, const std::vector<Selection> & sels) const {
+    if (!groups_at_once || cpu_kernels || multiplies_rows_alone(w.wkv_a) || !group->selects_at_once()) return false;
+    const auto none = [](const Selection & s) { return s.pools == nullptr; };
+    const auto whole = [](const Selection & s) { return s.whole_group; };
+    return run_indexer ? std::all_of(sels.begin(), sels.end(), none) : std::all_of(sels.begin(), sels.end(), whole);
+}
+
+Selection BlockBuilder::select_at_once(const LayerCache & all, uint32_t il, ggml_tensor * iq, ggml_tensor * wts) const {
+    const GraphPart & first = *group->parts[0];
+    const int64_t idim = hp.idx_head_dim, ih = hp.idx_n_head, P = (int64_t) group->parts.size(), n = first.n_rows;
+    const int64_t n_pool = first.layout.n_pool;
+    // every part's scored pools, [idim, n_pool, 1, P]: the first n_pool of each (consecutive) cell's pooled keys
+    const size_t row_bytes = all.pooled->nb[1], cell_bytes = first.cache.layer(il).pooled->ne[1] * row_bytes;
+    ggml_tensor * pooled = ggml_view_4d(ctx, all.pooled, idim, n_pool, 1, P, row_bytes, n_pool * row_bytes, cell_bytes,
+                                        first.cache.cell * cell_bytes);
+    ggml_tensor * q = ggml_permute(ctx, ggml_reshape_4d(ctx, iq, idim, ih, n, P), 0, 2, 1, 3);  // [idim, n, ih, P]
+    ggml_tensor * kq = ggml_mul_mat(ctx, pooled, q);                                             // [n_pool, n, ih, P]
+    kq = ggml_relu(ctx, ggml_scale(ctx, kq, 1.0f / std::sqrt((float) idim)));
+    kq = ggml_cont(ctx, ggml_permute(ctx, kq, 1, 2, 0, 3));                                      // [ih, n_pool, n, P]
+    ggml_tensor * scores = ggml_mul_mat(ctx, kq, ggml_reshape_4d(ctx, wts, ih, 1, n, P));        // [n_pool, 1, n, P]
+    if (!group->kpool_rows) group->kpool_rows.emplace(ctx, T);
+    Selection sel{kpool_top_k_std(ctx, ggml_reshape_2d(ctx, scores, n_pool, T), group->kpool_rows->n_cand,
+                                  first.kpool.n_top_pool),
+                  &first.kpool, true};
+    sel.whole_group = true;
+    return sel;
+}
+
+ggml_tensor * BlockBuilder::attend_at_once(ggml_tensor * q_abs, const LayerWeights & w, const LayerCache & all,
+                                           uint32_t il, Selection & sel) const {
+    const GraphPart & first = *group->parts[0];
+    const int64_t kvr = hp.kv_lora_rank, P = (int64_t) group->parts.size(), n = first.n_rows;
+    const int64_t n_ctx = first.cache.layer(il).latent->ne[1];
+    if (sel.rows == nullptr) {
+        group->kpool_rows->add_tail(ctx, hp);
+        kpool_rows_std(ctx, sel.pools, *group->kpool_rows, hp.idx_kpool, n_ctx, &sel.rows, &sel.rows_mask);
+    }
+    const int64_t n_sel = sel.rows->ne[0];
+    // the parts in chunks whose gathered keys take at most kGatherChunkBytes (at least one part each)
+    const int64_t per_chunk = std::max<int64_t>(1, kGatherChunkBytes / (n * n_sel * kvr * (int64_t) sizeof(float)));
+    const size_t cell_bytes = n_ctx * all.latent->nb[1];
+    std::vector<ggml_tensor *> pieces;
+    for (int64_t p0 = 0; p0 < P; p0 += per_chunk) {
+        const int64_t m = std::min(per_chunk, P - p0), r0 = p0 * n;
+        // the chunk's cells' latent rows [kvr, n_ctx, m], and each row's selected ones of its own cell
+        ggml_tensor * latent = ggml_view_3d(ctx, all.latent, kvr, n_ctx, m, all.latent->nb[1], cell_bytes,
+                                            (first.cache.cell + p0) * cell_bytes);
+        ggml_tensor * rows = ggml_view_2d(ctx, sel.rows, n_sel * n, m, n * sel.rows->nb[1], r0 * sel.rows->nb[1]);
+        ggml_tensor * k = ggml_reshape_4d(ctx, ggml_get_rows(ctx, latent, rows), kvr, n_sel, 1, m * n);
+        ggml_tensor * mask = ggml_view_4d(ctx, sel.rows_mask, n_sel, 1, 1, m * n, sel.rows_mask->nb[1],
+                                          sel.rows_mask->nb[2], sel.rows_mask->nb[3], r0 * sel.rows_mask->nb[3]);
+        ggml_tensor * q = ggml_view_3d(ctx, q_abs, kvr, m * n, q_abs->ne[2], q_abs->nb[1], q_abs->nb[2],
+                                       r0 * q_abs->nb[1]);
+        ggml_tensor * kq = ggml_mul_mat(ctx, k, ggml_permute(ctx, q, 0, 3, 2, 1));          // [n_sel, 1, nh, m*n]
+        kq = ggml_soft_max_ext(ctx, kq, mask, 1.0f / std::sqrt((float) hp.head_k_mla), 0.0f);
+        ggml_tensor * kqv = ggml_mul_mat(ctx, ggml_cont(ctx, ggml_transpose(ctx, k)), kq);  // [kvr, 1, nh, m*n]
+        pieces.push_back(ggml_mul_mat(ctx, w.wv_b, kqv));                                   // [v, 1, nh, m*n]
+    }
+    return concat(pieces, 3);
+}
+
 ggml_tensor * BlockBuilder::attend_gathered(ggml_tensor * q_abs, const LayerWeights & w, ggml_tensor * latent,
                                            const Selection & sel, int64_t r0, int64_t n) const {
     const int64_t kvr = hp.kv_lora_rank, n_sel = sel.rows->ne[0];
@@ -519,6 +580,7 @@ ggml_tensor * BlockBuilder::dsa(ggml_tensor * x, const LayerWeights & w, uint32_
         }
     }
     const bool any_indexer = run_indexer && std::any_of(sels.begin(), sels.end(), [](const Selection & s) { return s.pools == nullptr; });
+    const bool one_set = all != nullptr && at_once(w, run_indexer, sels);  // every part's at once (issue 48)
     if (any_indexer) {
         const int64_t idim = hp.idx_head_dim, ih = hp.idx_n_head;
         ggml_tensor * ik = ggml_norm(ctx, mm(w.idx_k, x), hp.ln_eps);
@@ -528,7 +590,9 @@ ggml_tensor * BlockBuilder::dsa(ggml_tensor * x, const LayerWeights & w, uint32_
         const bool all_index = std::all_of(sels.begin(), sels.end(), [](const Selection & s) { return s.pools == nullptr; });
         if (all != nullptr && all_index) {
             index_rows_over_cells(*all, w, ik, ig);
-            for (size_t p = 0; p < parts.size(); ++p) pooled[p] = scored_pools(*parts[p], parts[p]->cache.layer(il));
+            for (size_t p = 0; p < parts.size() && !one_set; ++p) {
+                pooled[p] = scored_pools(*parts[p], parts[p]->cache.layer(il));
+            }
         } else {
             for (size_t p = 0; p < parts.size(); ++p) {
                 if (sels[p].pools == nullptr) pooled[p] = index_rows(*parts[p], parts[p]->cache.layer(il), w, ik, ig);
@@ -537,6 +601,7 @@ ggml_tensor * BlockBuilder::dsa(ggml_tensor * x, const LayerWeights & w, uint32_
         if (!attend_rows) return nullptr;  // the cache rows are written: nothing reads the rest
         ggml_tensor * iq = ggml_reshape_3d(ctx, mm(w.idx_q_b, qr), idim, ih, T);
         ggml_tensor * wts = ggml_scale(ctx, mm(w.idx_proj, x), 1.0f / std::sqrt((float) ih));
+        if (one_set) sels.assign(parts.size(), select_at_once(*all, il, iq, wts));
         for (size_t p = 0; p < parts.size(); ++p) {
             if (pooled[p] != nullptr) sels[p] = select(*parts[p], pooled[p], iq, wts);
         }
@@ -548,7 +613,11 @@ ggml_tensor * BlockBuilder::dsa(ggml_tensor * x, const LayerWeights & w, uint32_
 
     ggml_tensor * q_abs = mm(w.wk_b, ggml_permute(ctx, q, 0, 2, 1, 3));  // [kvr, T, nh]
     std::vector<ggml_tensor *> kqvs, os;  // per part, by the path its attention took
-    for (size_t p = 0; p < parts.size(); ++p) {
+    if (one_set) {
+        os.push_back(attend_at_once(q_abs, w, *all, il, sels[0]));
+        for (Selection & s : sels) s = sels[0];  // the rows made once, for a shared layer after this one
+    }
+    for (size_t p = 0; p < parts.size() && !one_set; ++p) {
         GraphPart & part = *parts[p];
         bool kqv_out = false;
         ggml_tensor * out = attend(rows_view(ctx, q_abs, 1, part.row0, part.n_rows), w, part.cache.layer(il), part,

@@ -36,6 +36,9 @@ struct Selection {
     ggml_tensor * mask = nullptr;
     ggml_tensor * rows = nullptr;
     ggml_tensor * rows_mask = nullptr;
+    // the pools (and rows) of every part of the group at once, [.., group rows] (RowGroup::selects_at_once): every
+    // part holds the same Selection
+    bool whole_group = false;
 };
 
 // Up to this many rows per ubatch, attention gathers each row's selected keys (cost ~ index_topk per row); above
@@ -119,6 +122,10 @@ public:
     // live on another device uses ggml's, so that those steps run there instead of crossing to the CPU and back:
     // a reused selection's rows and a large ubatch's dense attention mask too (kpool_rows_std, kpool_mask_std).
     void use_cpu_kernels(bool on) { cpu_kernels = on; }
+    // Whether a DSA layer of a group whose parts allow it (RowGroup::selects_at_once) on a GPU backend selects and
+    // attends for all its parts with one node set (the trunk's: its parts read their selections from the group's,
+    // GraphPart::selections) instead of one per part (off: the draft head, which reads each part's own).
+    void select_groups_at_once(bool on) { groups_at_once = on; }
 
     // RMSNorm of x's rows times w (nullptr: no weight; docs/model.md): by rms_norm_f32 for f32 in a layer built with
     // CPU kernels (graph/norm_ops.h: ggml's arithmetic, its sum vectorized), else ggml's RMS_NORM and MUL.
@@ -230,6 +237,15 @@ private:
     ggml_tensor * pooled_keys(const LayerCache & c, const LayerWeights & w, ggml_tensor * pool_rows) const;
     ggml_tensor * scored_pools(const GraphPart & part, const LayerCache & c) const;
     Selection select(GraphPart & part, ggml_tensor * pooled, ggml_tensor * iq, ggml_tensor * wts) const;
+    // Whether a DSA layer (its weights `w`, its parts' selections `sels`) selects and attends for every part of the
+    // group at once: select_groups_at_once, RowGroup::selects_at_once, a GPU backend (ggml's standard ops, products
+    // of all rows at once).
+    bool at_once(const LayerWeights & w, bool run_indexer, const std::vector<Selection> & sels) const;
+    // select and attend_gathered of every part at once, on the caches of all cells (`all`; the parts' cells
+    // consecutive): one node set per layer instead of one per sequence (issue 48).
+    Selection select_at_once(const LayerCache & all, uint32_t il, ggml_tensor * iq, ggml_tensor * wts) const;
+    ggml_tensor * attend_at_once(ggml_tensor * q_abs, const LayerWeights & w, const LayerCache & all, uint32_t il,
+                                 Selection & sel) const;
     // `rows` of a cache as f32: themselves for an f32 cache, else a widened copy (blocks.cpp says why).
     ggml_tensor * widened(ggml_tensor * rows) const;
     void route(ggml_tensor * logits, ggml_tensor * bias, ggml_tensor ** ids, ggml_tensor ** wts) const;
@@ -242,6 +258,7 @@ private:
     int64_t T;         // rows
     bool few;          // a few-row group: every row multiplied as a row alone (mm)
     bool cpu_kernels = true;
+    bool groups_at_once = false;
     mutable std::vector<std::pair<std::pair<int64_t, int64_t>, ggml_tensor *>> expert_ids_;  // (n_experts, n_cols)
 };
 

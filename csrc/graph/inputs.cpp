@@ -45,11 +45,11 @@ void InputKpoolRows::add_tail(ggml_context * ctx, const HParams & hp) {
     tail_mask = new_input(ctx, GGML_TYPE_F32, hp.idx_kpool - 1, n_cand->ne[1], "inp_kpool_tail_mask");
 }
 
-void InputKpoolRows::set_input(const KpoolParams & at) const {
-    const int64_t n_rows = n_cand->ne[1];
+void InputKpoolRows::set_input(const KpoolParams & at, int64_t row0, int64_t n) const {
+    const int64_t n_rows = n < 0 ? n_cand->ne[1] : n;
     std::vector<float> cand(n_rows);
     for (int64_t r = 0; r < n_rows; ++r) cand[r] = (float) n_candidates(at, r);
-    ggml_backend_tensor_set(n_cand, cand.data(), 0, ggml_nbytes(n_cand));
+    ggml_backend_tensor_set(n_cand, cand.data(), row0 * sizeof(float), n_rows * sizeof(float));
     if (tail_rows == nullptr) return;
     const int64_t width = tail_rows->ne[0];
     std::vector<float> rows(width * n_rows, 0.0f), mask(width * n_rows, kSelectMasked);
@@ -61,8 +61,9 @@ void InputKpoolRows::set_input(const KpoolParams & at) const {
             mask[r * width + i] = 0.0f;
         }
     }
-    ggml_backend_tensor_set(tail_rows, rows.data(), 0, ggml_nbytes(tail_rows));
-    ggml_backend_tensor_set(tail_mask, mask.data(), 0, ggml_nbytes(tail_mask));
+    const size_t at_row = row0 * width * sizeof(float), bytes = rows.size() * sizeof(float);
+    ggml_backend_tensor_set(tail_rows, rows.data(), at_row, bytes);
+    ggml_backend_tensor_set(tail_mask, mask.data(), at_row, bytes);
 }
 
 InputCacheRows::InputCacheRows(ggml_context * ctx, int64_t n_rows)

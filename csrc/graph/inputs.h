@@ -40,7 +40,8 @@ struct InputKpoolRows {
     ggml_tensor * tail_mask = nullptr;
     InputKpoolRows(ggml_context * ctx, int64_t n_rows);
     void add_tail(ggml_context * ctx, const HParams & hp);
-    void set_input(const KpoolParams & at) const;
+    // Rows [row0, row0 + n) (n < 0: all) from `at`, which describes those rows (its n_past: row row0's position).
+    void set_input(const KpoolParams & at, int64_t row0 = 0, int64_t n = -1) const;
 };
 
 // Where a ubatch of n_rows rows at positions n_past.. writes the caches, as inputs instead of view offsets baked

@@ -55,6 +55,24 @@ bool RowGroup::kda_over_cells() const {
     });
 }
 
+bool RowGroup::selects_at_once() const {
+    if (!over_cells()) return false;
+    const GraphPart & first = *parts[0];
+    for (size_t p = 0; p < parts.size(); ++p) {
+        const GraphPart & part = *parts[p];
+        if (part.cache.cell != first.cache.cell + (int32_t) p || part.n_rows != first.n_rows ||
+            part.layout.n_kv != 0 || part.layout.n_pool != first.layout.n_pool) {
+            return false;
+        }
+    }
+    return true;
+}
+
+void RowGroup::set_kpool_rows() const {
+    if (!kpool_rows) return;
+    for (const GraphPart * p : parts) kpool_rows->set_input(p->kpool, p->row0, p->n_rows);
+}
+
 InputCells & RowGroup::cells_input(const HParams & hp) {
     if (!cells) {
         std::vector<CellPart> at;

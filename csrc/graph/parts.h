@@ -51,7 +51,13 @@ struct GraphPart {
     ggml_tensor * tail_keys = nullptr;         // and attends densely: its rows' tail keys (kpool_tail_keys_std)
     bool keep_snapshots = false;               // a verify pass of several rows: per-row KDA snapshots
     std::vector<KdaSnapshots> snapshots;       // per KDA layer, with keep_snapshots
-    std::vector<ggml_tensor *> selections;     // trunk: per DSA layer, i32 [n_top_pool, n_rows] chosen pools
+    // trunk: per DSA layer, the chosen pools i32 [n_top_pool, rows]: the part's rows from column row0 on (0 for a
+    // part's own selection, its row0 in its group for a group's: BlockBuilder::dsa, selects_at_once)
+    struct Selected {
+        ggml_tensor * pools = nullptr;
+        int64_t row0 = 0;
+    };
+    std::vector<Selected> selections;
 
     // Its InputCacheRows, created at the first call (a graph whose layers write the part's rows through its cells
     // has none: an input no node reads gets no buffer).
@@ -72,6 +78,7 @@ struct RowGroup {
     std::optional<InputRowScale> row_scale;  // rows that select no key (without kpool_select_tail)
     std::optional<InputArray> out_rows;      // i32 [n_out]: the output rows, when they are not its rows or last row
     std::optional<InputCells> cells;         // where its rows go in the engine's cells (over_cells)
+    std::optional<InputKpoolRows> kpool_rows;  // its rows' candidates and tails where it selects at once (blocks.cpp)
 
     // Whether two or more parts all have caches in cells of the engine's (runtime/cache_cells.h): then each layer
     // writes the cache rows, and pools the indexer keys, of all parts at once (BlockBuilder::dsa).
@@ -82,6 +89,12 @@ struct RowGroup {
     // The group's InputCells (created at the first call, filled by set_cells).
     InputCells & cells_input(const HParams & hp);
     void set_cells() const;
+    // Whether its parts are of one kind that a DSA layer selects and attends for at once, one node set for all
+    // (BlockBuilder::dsa, issue 48): over_cells, in consecutive cells in row order, of equal rows, each gathering
+    // its keys (GraphLayout::n_kv 0) from equally many scored pools.
+    bool selects_at_once() const;
+    // Fills kpool_rows (when made) from every part's KpoolParams.
+    void set_kpool_rows() const;
 
     // The group's output rows of x [n_embd, n_rows]: x itself or its last row when that is what its one part
     // outputs, else the rows out_rows lists (an input created here, filled by set_out_rows).

@@ -37,6 +37,7 @@ void build_trunk_graph(TrunkGraph & g, ggml_context * ctx, const Model & model, 
         const int64_t T = group.n_rows;
         group.row_scale.emplace(ctx, hp, T);
         BlockBuilder b(ctx, g.gf, hp, g.params, group);
+        b.select_groups_at_once(true);
         ggml_tensor * x = ggml_get_rows(ctx, model.tok_embd, rows_view(ctx, g.inp_tokens->t, 0, group.row0, T));  // [n_embd, T]
         x = ggml_repeat_4d(ctx, ggml_reshape_3d(ctx, x, n_embd, 1, T), n_embd, hc, T, 1);
 
@@ -53,7 +54,8 @@ void build_trunk_graph(TrunkGraph & g, ggml_context * ctx, const Model & model, 
                 if (hp.idx_full[il]) sels.assign(group.parts.size(), Selection{});
                 cur = b.dsa(cur, w, il, hp.idx_full[il], sels);
                 for (size_t p = 0; p < sels.size(); ++p) {
-                    group.parts[p]->selections.push_back(sels[p].pools);
+                    GraphPart & part = *group.parts[p];
+                    part.selections.push_back({sels[p].pools, sels[p].whole_group ? part.row0 : 0});
                     if (hp.idx_full[il]) ggml_format_name(sels[p].pools, "pools-%u", il);
                 }
             }
@@ -79,9 +81,9 @@ void build_trunk_graph(TrunkGraph & g, ggml_context * ctx, const Model & model, 
         ggml_set_name(logits, "logits");
         ggml_set_output(logits);
         for (GraphPart * p : group.parts) {
-            for (ggml_tensor * s : p->selections) {
-                ggml_set_output(s);
-                ggml_build_forward_expand(g.gf, s);
+            for (const GraphPart::Selected & s : p->selections) {
+                ggml_set_output(s.pools);
+                ggml_build_forward_expand(g.gf, s.pools);
             }
         }
         ggml_build_forward_expand(g.gf, logits);
@@ -100,6 +102,7 @@ void TrunkGraph::set_inputs(const int32_t * tokens, const std::vector<int64_t> &
     }
     for (const RowGroup & group : parts.groups) {
         for (const GraphPart * p : group.parts) group.row_scale->set_input(p->kpool, p->row0, p->n_rows);
+        group.set_kpool_rows();
         group.set_out_rows();
         group.set_cells();
     }

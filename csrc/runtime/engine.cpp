@@ -395,7 +395,9 @@ void Engine::run_trunk(const std::vector<TrunkPart> & parts) {
             for (size_t i = 0; p.selections && i < gp->selections.size(); ++i) {
                 std::vector<int32_t> & dst = out.pools[i];
                 dst.resize((row0 + n) * k);
-                read_output(gp->selections[i], dst.data() + row0 * k, 0, n * k * sizeof(int32_t), readbacks);
+                const GraphPart::Selected & sel = gp->selections[i];
+                read_output(sel.pools, dst.data() + row0 * k, sel.row0 * k * sizeof(int32_t), n * k * sizeof(int32_t),
+                            readbacks);
                 for (int64_t t = 0; t < n; ++t) canonical_pools(gp->kpool, dst.data() + (row0 + t) * k, k, t);
             }
             if (p.verify) {

@@ -101,15 +101,21 @@ KINDS = ["decode 1 row", "decode 4 rows x 4 sequences", "verify 4 rows", "verify
 
 def test_a_device_declared_cuda_multiplies_plainly_and_keeps_cuda_graphs(tiny_q8_0, device, monkeypatch):
     """On plain RPC (a CPU behind it) a step's few-row products take the row-by-row route (one-matrix MUL_MAT_IDs);
-    declared CUDA, no graph kind has one and none turns CUDA graphs off (the routed q8_0 experts take MMVQ / MMQ)."""
+    declared CUDA, no graph kind has one and none turns CUDA graphs off (the routed q8_0 experts take MMVQ / MMQ).
+    Several sequences' decode or verify rows there select and attend with one node set per DSA layer for all
+    (BlockBuilder::select_at_once, issue 48): each sequence adds a few nodes and no product (on plain RPC, where
+    every sequence's indexer and attention are its own, 10 products and ~50 nodes)."""
     plain = census_of_steps(tiny_q8_0, n_gpu_layers=99, devices=[device])
     monkeypatch.setenv("GLM5NEXT_RPC_BACKEND", "CUDA")
     cuda = census_of_steps(tiny_q8_0, n_gpu_layers=99, devices=[device])
     assert set(KINDS) <= set(cuda) and set(KINDS) <= set(plain)
     assert plain["verify 4 rows"]["one_matrix_id"] > 0 and plain["decode 4 rows x 4 sequences"]["one_matrix_id"] > 0
     assert {k: (c["one_matrix_id"], c["cuda_graph_blockers"]) for k, c in cuda.items()} == {k: (0, 0) for k in cuda}
-    for kind in KINDS:
+    for kind in ("decode 1 row", "verify 4 rows", "prefill 32 rows", "draft step 4 rows x 4 sequences"):
         assert cuda[kind]["products"] == plain[kind]["products"]  # the same products, routed plainly
+    for one, four in (("decode 1 row", "decode 4 rows x 4 sequences"), ("verify 4 rows", "verify 16 rows x 4 sequences")):
+        assert cuda[four]["products"] == cuda[one]["products"] < plain[four]["products"]
+        assert cuda[four]["nodes"] - cuda[one]["nodes"] <= 3 * 25 < plain[four]["nodes"] - plain[one]["nodes"]
     for kind, c in cuda.items():
         assert c["by_device"][device] > 0.95 * c["nodes"]  # run on the device
     # a generation's step reads its group's hidden rows and logits back once each, whatever its sequences
@@ -120,9 +126,9 @@ def test_a_device_declared_cuda_multiplies_plainly_and_keeps_cuda_graphs(tiny_q8
 def test_a_step_of_several_prompts_on_a_gpu_backend_is_one_pass(tiny_q8_0, device, monkeypatch):
     """On plain RPC (and the CPU) each prompt of a step longer than 16 rows is a row group of its own: the trunk's
     blocks without caches run once per prompt, every weight read once per prompt, two graph splits each. Declared
-    CUDA, every graph kind is one row group in 2 splits: a step of 4 sequences' prompts has the products of a decode
-    step of 4 sequences (each weight once; attention and the indexer per sequence), and its rows stay within the
-    engine's n_batch of 32 (llama.cpp's ubatch: the prompts share it)."""
+    CUDA, every graph kind is one row group in 2 splits: each prompt of a step adds only its own attention's and
+    indexer's products (each weight once), as each sequence's decode row does on plain RPC, and the step's rows stay
+    within the engine's n_batch of 32 (llama.cpp's ubatch: the prompts share it)."""
     plain = census_of_steps(tiny_q8_0, n_gpu_layers=99, devices=[device])
     monkeypatch.setenv("GLM5NEXT_RPC_BACKEND", "CUDA")
     cuda = census_of_steps(tiny_q8_0, n_gpu_layers=99, devices=[device])
@@ -130,7 +136,8 @@ def test_a_step_of_several_prompts_on_a_gpu_backend_is_one_pass(tiny_q8_0, devic
     assert plain["prefill 128 rows x 4 sequences"]["splits"] == 8
     assert {k: (c["row_groups"], c["splits"]) for k, c in cuda.items()} == {k: (1, 2) for k in cuda}
     prompts = cuda["prefill 32 rows x 4 sequences"]
-    assert prompts["parts"] == 4 and prompts["products"] == cuda["decode 4 rows x 4 sequences"]["products"]
+    per_sequence = plain["decode 4 rows x 4 sequences"]["products"] - plain["decode 1 row"]["products"]
+    assert prompts["parts"] == 4 and prompts["products"] - cuda["prefill 32 rows"]["products"] == per_sequence > 0
     rows = [int(re.search(r"(\d+) rows?", k).group(1)) for k in cuda if not k.startswith("draft")]
     assert max(rows) <= 32
 
