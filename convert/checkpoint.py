@@ -152,12 +152,17 @@ class Checkpoint:
                                   f"({_one_line(e)})") from e
         br, bc = self.fp8_block
         rows, cols = q.shape
-        if scale.shape != (-(-rows // br), -(-cols // bc)):
+        nbr, nbc = -(-rows // br), -(-cols // bc)
+        if scale.shape != (nbr, nbc):
             raise ConversionError(f"{self._where[scale_name]}: {scale_name} has shape {tuple(scale.shape)}, "
-                                  f"expected {(-(-rows // br), -(-cols // bc))} for {name} {tuple(q.shape)}")
-        # each element's block scale, by index (memory: one float per element, whatever the block size)
-        full = scale[torch.arange(rows) // br][:, torch.arange(cols) // bc]
-        return q.to(torch.float32) * full
+                                  f"expected {(nbr, nbc)} for {name} {tuple(q.shape)}")
+        # each block times its scale, the blocks as a view (no tensor of per-element scales: issue 50); a ragged
+        # edge is padded to whole blocks and cut off again
+        w = q.to(torch.float32)
+        if (nbr * br, nbc * bc) != (rows, cols):
+            w = torch.nn.functional.pad(w, (0, nbc * bc - cols, 0, nbr * br - rows))
+        w = (w.view(nbr, br, nbc, bc) * scale[:, None, :, None]).view(nbr * br, nbc * bc)
+        return w[:rows, :cols]
 
     def source_dtype(self) -> str:
         """The dtype of the big weights: 'fp8', 'bf16', 'f16' or 'f32' (for --outtype auto)."""

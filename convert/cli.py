@@ -1,4 +1,5 @@
-"""`glm5next-convert HF_DIR --outfile X.gguf [--outtype ...] [--mtp-type ...] [--no-mtp | --mtp-only] [--arch ...]`"""
+"""`glm5next-convert HF_DIR --outfile X.gguf [--outtype ...] [--mtp-type ...] [--no-mtp | --mtp-only] [--arch ...]
+[-t N]`"""
 from __future__ import annotations
 
 import argparse
@@ -56,13 +57,16 @@ def main(argv: list[str] | None = None) -> int:
                    help="draft-only file: NextN layer + token_embd + output_norm + output")
     p.add_argument("--arch", default="glm5next", choices=list(ARCHES),
                    help="architecture string; glm5-next is the spelling llama.cpp loads")
+    p.add_argument("-t", "--threads", type=int, default=None, metavar="N",
+                   help="workers that read and quantize tensors while one writes (default: the machine's cores); "
+                        "the output is the same bytes for any N")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     a = p.parse_args(argv)
     layout = "no-mtp" if a.no_mtp else "mtp-only" if a.mtp_only else "combined"
     with _interrupts() as interrupted:
         try:
             convert(a.hf_dir, a.outfile, outtype=a.outtype, mtp_type=a.mtp_type, layout=layout, arch=a.arch,
-                    progress=not a.no_progress, log=lambda m: print(m, file=sys.stderr))
+                    progress=not a.no_progress, log=lambda m: print(m, file=sys.stderr), threads=a.threads)
         except (ConversionError, OSError) as e:
             if interrupted:  # Ctrl-C, surfaced as another error (_interrupts): an interrupt all the same
                 raise KeyboardInterrupt from e

@@ -68,8 +68,8 @@ def test_missing_output_directories_are_created_and_removed_again_on_failure(job
 def test_readonly_output_directory_gives_one_error_line(job, capsys, tmpfs):
     ckpt, out = job
     ro = out.parent / "ro"
-    if os.geteuid() == 0:  # root writes through permission bits: a read-only mount it is
-        tmpfs(ro, "size=1m", "ro")
+    if os.geteuid() == 0:  # root writes through permission bits: a read-only mount it is (room enough: the
+        tmpfs(ro, "size=16m", "ro")  # free-space check passes, the write fails)
     else:
         ro.mkdir()
         ro.chmod(stat.S_IRUSR | stat.S_IXUSR)
@@ -77,12 +77,30 @@ def test_readonly_output_directory_gives_one_error_line(job, capsys, tmpfs):
                    old=None)
 
 
-def test_full_disk_gives_one_error_line_and_leaves_nothing(job, capsys, tmpfs):
-    """A real ENOSPC: a 1 MiB tmpfs for a 2 MiB output; the earlier output there survives."""
+def test_a_filesystem_without_room_is_refused_before_the_first_byte(job, capsys, tmpfs):
+    """A 1 MiB tmpfs for a 2 MiB output: refused before writing (issue 50: the output's size is known before the
+    first byte), naming what it needs and what is free; the earlier output there survives."""
     ckpt, out = job
     small = tmpfs(out.parent / "small", "size=1m")
     (small / "model.gguf").write_bytes(OLD_OUTPUT)
-    assert_refused(ckpt, small / "model.gguf", capsys, str(small / "model.gguf"), "No space left on device")
+    assert_refused(ckpt, small / "model.gguf", capsys, str(small / "model.gguf"), "the output needs", "GiB free",
+                   "nothing was written")
+
+
+def test_the_plan_names_the_sizes_and_a_full_filesystem_is_refused_in_process(job, capsys, monkeypatch):
+    """The same where mounting is not allowed (the free space reported small); the plan line gives the output's
+    size by type before anything is written."""
+    import shutil
+    ckpt, out = job
+    target = out.parent / "new.gguf"
+    usage = shutil.disk_usage(out.parent)
+    monkeypatch.setattr(shutil, "disk_usage", lambda _: usage._replace(free=100_000))
+    rc, err = run_main(ckpt, target, capsys)
+    assert rc == 1 and f"--outfile {target}: the output needs" in err and "has 0.00 GiB free (100000 bytes)" in err
+    assert "Traceback" not in err and not target.exists()
+    monkeypatch.undo()
+    rc, err = run_main(ckpt, target, capsys)
+    assert rc == 0 and target.exists()
 
 
 def _raise(code: int):
