@@ -433,11 +433,9 @@ Selection BlockBuilder::select(GraphPart & part, ggml_tensor * pooled, ggml_tens
     return Selection{kpool_top_k_std(ctx, scores, part.kpool_rows->n_cand, part.kpool.n_top_pool), &part.kpool, true};
 }
 
-bool BlockBuilder::at_once(const LayerWeights & w, bool run_indexer, const std::vector<Selection> & sels) const {
-    if (!groups_at_once || cpu_kernels || multiplies_rows_alone(w.wkv_a) || !group->selects_at_once()) return false;
-    const auto none = [](const Selection & s) { return s.pools == nullptr; };
-    const auto whole = [](const Selection & s) { return s.whole_group; };
-    return run_indexer ? std::all_of(sels.begin(), sels.end(), none) : std::all_of(sels.begin(), sels.end(), whole);
+bool BlockBuilder::attends_at_once(const LayerWeights & w) const {
+    return groups_at_once && !cpu_kernels && group != nullptr && !multiplies_rows_alone(w.wkv_a) &&
+           group->selects_at_once();
 }
 
 Selection BlockBuilder::select_at_once(const LayerCache & all, uint32_t il, ggml_tensor * iq, ggml_tensor * wts) const {
@@ -580,7 +578,10 @@ ggml_tensor * BlockBuilder::dsa(ggml_tensor * x, const LayerWeights & w, uint32_
         }
     }
     const bool any_indexer = run_indexer && std::any_of(sels.begin(), sels.end(), [](const Selection & s) { return s.pools == nullptr; });
-    const bool one_set = all != nullptr && at_once(w, run_indexer, sels);  // every part's at once (issue 48)
+    const auto made = [](const Selection & s) { return s.pools == nullptr; };
+    const auto given = [](const Selection & s) { return s.whole_group; };
+    const bool one_set = all != nullptr && attends_at_once(w) &&  // every part's at once (issue 48)
+                         (std::all_of(sels.begin(), sels.end(), made) || std::all_of(sels.begin(), sels.end(), given));
     if (any_indexer) {
         const int64_t idim = hp.idx_head_dim, ih = hp.idx_n_head;
         ggml_tensor * ik = ggml_norm(ctx, mm(w.idx_k, x), hp.ln_eps);

@@ -126,6 +126,10 @@ public:
     // attends for all its parts with one node set (the trunk's: its parts read their selections from the group's,
     // GraphPart::selections) instead of one per part (off: the draft head, which reads each part's own).
     void select_groups_at_once(bool on) { groups_at_once = on; }
+    // Whether a DSA layer of weights `w` selects and attends for every part of the group at once (issue 48): on,
+    // RowGroup::selects_at_once, a GPU backend (ggml's standard ops, products of all rows at once). Then each
+    // part's Selection is the group's (Selection::whole_group), made by the layer's indexer or given so.
+    bool attends_at_once(const LayerWeights & w) const;
 
     // RMSNorm of x's rows times w (nullptr: no weight; docs/model.md): by rms_norm_f32 for f32 in a layer built with
     // CPU kernels (graph/norm_ops.h: ggml's arithmetic, its sum vectorized), else ggml's RMS_NORM and MUL.
@@ -237,10 +241,6 @@ private:
     ggml_tensor * pooled_keys(const LayerCache & c, const LayerWeights & w, ggml_tensor * pool_rows) const;
     ggml_tensor * scored_pools(const GraphPart & part, const LayerCache & c) const;
     Selection select(GraphPart & part, ggml_tensor * pooled, ggml_tensor * iq, ggml_tensor * wts) const;
-    // Whether a DSA layer (its weights `w`, its parts' selections `sels`) selects and attends for every part of the
-    // group at once: select_groups_at_once, RowGroup::selects_at_once, a GPU backend (ggml's standard ops, products
-    // of all rows at once).
-    bool at_once(const LayerWeights & w, bool run_indexer, const std::vector<Selection> & sels) const;
     // select and attend_gathered of every part at once, on the caches of all cells (`all`; the parts' cells
     // consecutive): one node set per layer instead of one per sequence (issue 48).
     Selection select_at_once(const LayerCache & all, uint32_t il, ggml_tensor * iq, ggml_tensor * wts) const;

@@ -1,5 +1,6 @@
 #include "graph/draft_head.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "model/kernel_limits.h"
@@ -13,7 +14,7 @@ void build_draft_graph(DraftGraph & g, ggml_context * ctx, const Model & model, 
     g.gf = ggml_new_graph_custom(ctx, graph_size(hp, rows.size()), false);
     g.params.moe = {hp.n_expert_used, hp.n_expert_groups, hp.n_group_used, hp.expert_weights_norm, hp.expert_weights_scale};
     g.inp_saved_pools.assign(rows.size(), std::nullopt);
-    g.pools.assign(rows.size(), nullptr);
+    g.pools.assign(rows.size(), GraphPart::Selected{});
     g.logits.clear();
     g.z.clear();
     // one row group where the layer multiplies on a GPU backend (as the trunk, graph/trunk.h: trunk_in_one_pass)
@@ -38,6 +39,7 @@ void build_draft_graph(DraftGraph & g, ggml_context * ctx, const Model & model, 
         BlockBuilder b(ctx, g.gf, hp, g.params, group);
         const bool cpu = on_cpu(w.eh_proj);
         b.use_cpu_kernels(cpu);
+        b.select_groups_at_once(true);
 
         // u = eh_proj [RMSNorm_e(E[x_{p+1}]); RMSNorm_h(h_p)], embedding half first
         ggml_tensor * tokens = rows_view(ctx, g.inp_tokens->t, 0, group.row0, T);
@@ -49,7 +51,18 @@ void build_draft_graph(DraftGraph & g, ggml_context * ctx, const Model & model, 
         // a shared step's reused selection: its rows from the saved pools, with this project's CPU ops on the CPU,
         // else with ggml's standard ops where the layer runs (graph/select_std.h: no round trip to the CPU)
         std::vector<Selection> sels(group.parts.size());
-        for (size_t p = 0; p < group.parts.size(); ++p) {
+        const size_t n_parts = group.parts.size();
+        const bool all_shared = std::all_of(g.inp_saved_pools.begin() + first, g.inp_saved_pools.begin() + first + n_parts,
+                                            [](const std::optional<InputArray> & in) { return in.has_value(); });
+        if (all_shared && b.attends_at_once(w)) {  // every part's saved pools as one selection of the group's rows
+            std::vector<ggml_tensor *> saved;
+            for (size_t p = 0; p < n_parts; ++p) saved.push_back(g.inp_saved_pools[first + p]->t);
+            group.kpool_rows.emplace(ctx, T);
+            Selection s{b.concat(saved, 1), &group.parts[0]->kpool_saved, true};
+            s.whole_group = true;
+            sels.assign(n_parts, s);
+        }
+        for (size_t p = 0; p < n_parts && !sels[p].whole_group; ++p) {
             if (g.inp_saved_pools[first + p]) {
                 GraphPart & part = *group.parts[p];
                 if (!cpu && !part.kpool_rows) part.kpool_rows.emplace(ctx, part.n_rows);
@@ -66,7 +79,7 @@ void build_draft_graph(DraftGraph & g, ggml_context * ctx, const Model & model, 
         ggml_tensor * a = ggml_add(ctx, u, b.dsa(b.rms(u, w.attn_norm), w, il, true, sels));
         for (size_t p = 0; p < group.parts.size(); ++p) {
             if (!g.inp_saved_pools[first + p]) {
-                g.pools[first + p] = sels[p].pools;
+                g.pools[first + p] = {sels[p].pools, sels[p].whole_group ? group.parts[p]->row0 : 0};
                 ggml_set_name(sels[p].pools, "draft_pools");
                 ggml_set_output(sels[p].pools);
                 ggml_build_forward_expand(g.gf, sels[p].pools);
@@ -116,6 +129,7 @@ void DraftGraph::set_inputs(const float * hidden, const int32_t * tokens, const 
     for (const RowGroup & group : parts.groups) {
         for (const GraphPart * p : group.parts) {
             if (group.row_scale) group.row_scale->set_input(selected_at(*p, i), p->row0, p->n_rows);
+            if (group.kpool_rows) group.kpool_rows->set_input(selected_at(*p, i), p->row0, p->n_rows);
             ++i;
         }
         group.set_out_rows();

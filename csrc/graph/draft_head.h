@@ -36,7 +36,9 @@ struct DraftGraph {
     std::vector<std::optional<InputArray>> inp_saved_pools;  // per part: step 0's pools, when it reuses them
     std::vector<ggml_tensor *> logits;  // per group: f32 [n_vocab, its output rows] (one per part with output)
     std::vector<ggml_tensor *> z;       // per group: f32 [n_embd, its output rows]: post-shared-norm outputs
-    std::vector<ggml_tensor *> pools;   // per part: i32 [n_top_pool, n_rows] chosen pools (null when shared)
+    // per part: the chosen pools i32 [n_top_pool, rows] (null when shared), the part's from column row0 on (its
+    // own, or its group's where the group selected at once: BlockBuilder::attends_at_once)
+    std::vector<GraphPart::Selected> pools;
     GraphParams params;
 
     // Fills the inputs once the graph is allocated: hidden [n_rows, n_embd] row-major and tokens [n_rows] of every

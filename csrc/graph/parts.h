@@ -11,7 +11,9 @@
 // ggml's CPU matmul multiplies one column with its vec_dot kernel and several with llamafile's tinyBLAS, which
 // rounds differently; a few-row group multiplies every row with the vec_dot kernel whatever its size
 // (BlockBuilder::mm), exactly as the part's rows alone would be, and a long part keeps the tinyBLAS product it has
-// alone. Everything per sequence (graph/blocks.cpp) sees the part's own rows, with the shapes it has alone.
+// alone. Everything per sequence (graph/blocks.cpp) sees the part's own rows, with the shapes it has alone; on a GPU
+// backend a DSA layer selects and attends for a group's parts at once where they allow it (selects_at_once: one
+// node set per layer, as llama.cpp's graph for this model builds, instead of one per sequence).
 #pragma once
 
 #include <cstdint>

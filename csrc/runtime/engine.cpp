@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -479,6 +480,13 @@ void Engine::run_draft(const std::vector<DraftPart> & parts) {
     size_t part_index = 0, group_index = 0;
     for (const RowGroup & group : g.parts.groups) {
         GroupOutput logits(g.logits[group_index], readbacks), z(g.z[group_index], readbacks);
+        // the group's pools where it selected at once (every part's in one tensor): read as its other outputs
+        const ggml_tensor * group_pools = g.pools[part_index].pools;
+        for (size_t j = 1; j < group.parts.size() && group_pools; ++j) {
+            if (g.pools[part_index + j].pools != group_pools) group_pools = nullptr;
+        }
+        std::optional<GroupOutput> pools_at_once;
+        if (group.parts.size() > 1 && group_pools) pools_at_once.emplace(group_pools, readbacks);
         for (const GraphPart * gp : group.parts) {
             const size_t i = order[part_index++];
             const DraftPart & p = parts[i];
@@ -490,9 +498,13 @@ void Engine::run_draft(const std::vector<DraftPart> & parts) {
             out.pools.resize(n_top_pool());
             logits.read(out.logits.data(), gp->out_row0 * hp.n_vocab * sizeof(float), hp.n_vocab * sizeof(float));
             z.read(out.z.data(), gp->out_row0 * hp.n_embd * sizeof(float), hp.n_embd * sizeof(float));
-            if (g.pools[part_index - 1]) {
-                read_output(g.pools[part_index - 1], out.pools.data(), (p.n - 1) * n_top_pool() * sizeof(int32_t),
-                            n_top_pool() * sizeof(int32_t), readbacks);
+            if (const GraphPart::Selected & sel = g.pools[part_index - 1]; sel.pools) {
+                const size_t at = (sel.row0 + p.n - 1) * n_top_pool() * sizeof(int32_t), bytes = n_top_pool() * sizeof(int32_t);
+                if (pools_at_once) {
+                    pools_at_once->read(out.pools.data(), at, bytes);
+                } else {
+                    read_output(sel.pools, out.pools.data(), at, bytes, readbacks);
+                }
                 canonical_pools(gp->kpool, out.pools.data(), n_top_pool(), p.n - 1);
             } else {
                 std::copy(p.saved_pools, p.saved_pools + n_top_pool(), out.pools.begin());

@@ -220,6 +220,8 @@ def test_sequences_batched_on_a_placed_model_decode_as_alone(predictable_gguf, d
     for g, w in zip(got, want):
         assert g.tokens == w.tokens
         assert np.abs(np.array([e.logprob for e in g.logprobs]) - [e.logprob for e in w.logprobs]).max() <= 1e-4
+        # the draft head batched (declared CUDA in cells: every sequence's selection at once) drafts as alone
+        assert (g.metrics["n_drafted"], g.metrics["n_accepted"]) == (w.metrics["n_drafted"], w.metrics["n_accepted"])
 
 
 def loopback_bytes() -> int:

@@ -102,8 +102,8 @@ KINDS = ["decode 1 row", "decode 4 rows x 4 sequences", "verify 4 rows", "verify
 def test_a_device_declared_cuda_multiplies_plainly_and_keeps_cuda_graphs(tiny_q8_0, device, monkeypatch):
     """On plain RPC (a CPU behind it) a step's few-row products take the row-by-row route (one-matrix MUL_MAT_IDs);
     declared CUDA, no graph kind has one and none turns CUDA graphs off (the routed q8_0 experts take MMVQ / MMQ).
-    Several sequences' decode or verify rows there select and attend with one node set per DSA layer for all
-    (BlockBuilder::select_at_once, issue 48): each sequence adds a few nodes and no product (on plain RPC, where
+    Several sequences' decode, verify or draft-step rows there select and attend with one node set per DSA layer for
+    all (BlockBuilder::attends_at_once, issue 48): each sequence adds a few nodes and no product (on plain RPC, where
     every sequence's indexer and attention are its own, 10 products and ~50 nodes)."""
     plain = census_of_steps(tiny_q8_0, n_gpu_layers=99, devices=[device])
     monkeypatch.setenv("GLM5NEXT_RPC_BACKEND", "CUDA")
@@ -111,16 +111,20 @@ def test_a_device_declared_cuda_multiplies_plainly_and_keeps_cuda_graphs(tiny_q8
     assert set(KINDS) <= set(cuda) and set(KINDS) <= set(plain)
     assert plain["verify 4 rows"]["one_matrix_id"] > 0 and plain["decode 4 rows x 4 sequences"]["one_matrix_id"] > 0
     assert {k: (c["one_matrix_id"], c["cuda_graph_blockers"]) for k, c in cuda.items()} == {k: (0, 0) for k in cuda}
-    for kind in ("decode 1 row", "verify 4 rows", "prefill 32 rows", "draft step 4 rows x 4 sequences"):
+    for kind in ("decode 1 row", "verify 4 rows", "prefill 32 rows", "draft step 1 row"):
         assert cuda[kind]["products"] == plain[kind]["products"]  # the same products, routed plainly
-    for one, four in (("decode 1 row", "decode 4 rows x 4 sequences"), ("verify 4 rows", "verify 16 rows x 4 sequences")):
-        assert cuda[four]["products"] == cuda[one]["products"] < plain[four]["products"]
-        assert cuda[four]["nodes"] - cuda[one]["nodes"] <= 3 * 25 < plain[four]["nodes"] - plain[one]["nodes"]
+    for one, four in (("decode 1 row", "decode 4 rows x 4 sequences"), ("verify 4 rows", "verify 16 rows x 4 sequences"),
+                      ("draft step 1 row", "draft step 4 rows x 4 sequences")):
+        assert cuda[four]["products"] == cuda[one]["products"] < plain[four]["products"], four
+        assert cuda[four]["nodes"] - cuda[one]["nodes"] <= 3 * 25 < plain[four]["nodes"] - plain[one]["nodes"], four
     for kind, c in cuda.items():
         assert c["by_device"][device] > 0.95 * c["nodes"]  # run on the device
     # a generation's step reads its group's hidden rows and logits back once each, whatever its sequences
     assert cuda["decode 4 rows x 4 sequences"]["readbacks"] == plain["decode 4 rows x 4 sequences"]["readbacks"] == 2
-    assert cuda["draft step 4 rows x 4 sequences"]["readbacks"] == 2 + 4  # logits, z, and each step 0's selection
+    # a draft step's logits, z and (index sharing keeps it on the host) step 0's selection: each sequence's own on
+    # plain RPC, the group's at once declared CUDA
+    assert plain["draft step 4 rows x 4 sequences"]["readbacks"] == 2 + 4
+    assert cuda["draft step 4 rows x 4 sequences"]["readbacks"] == 2 + 1
 
 
 def test_a_step_of_several_prompts_on_a_gpu_backend_is_one_pass(tiny_q8_0, device, monkeypatch):
