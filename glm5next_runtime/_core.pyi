@@ -16,7 +16,7 @@ class Model:
     Both architecture spellings load ("glm5next" and "glm5-next"). Weights stay in a read-only mapping of the
     file; nothing is copied.
     """
-    def __init__(self, path: str, override_kv: collections.abc.Sequence[str] = []) -> None:
+    def __init__(self, path: str, override_kv: collections.abc.Sequence[str] = [], use_mmap: bool = True, use_mlock: bool = False) -> None:
         """
         Load the GGUF at `path`.
         
@@ -28,6 +28,9 @@ class Model:
                 hyper-parameter is read or checked. KEY may use
                 either arch prefix ("glm5next." or "glm5-next."). An int/float override of an existing key keeps
                 its stored type (range-checked).
+            use_mmap: bool, map the file and fault every page in at load (as llama.cpp prefetches; the pages are the page
+                cache's, shared); False: read it into anonymous memory (llama.cpp's --no-mmap).
+            use_mlock: bool, lock the weights' pages in RAM (llama.cpp's --mlock); `locked` says whether it held.
         
         Raises:
             ModelError (a ValueError): the file is missing, not GGUF, truncated or corrupt; the architecture is
@@ -105,6 +108,16 @@ class Model:
         list of (key, type, value) str tuples: the --override-kv entries applied at load, in
         order, each key spelled as the file's architecture spells it (glm5next. or glm5-next.), type int, float, bool or str,
         value as given (what llama.cpp's kv_overrides takes, typed).
+        """
+    @property
+    def lock_error(self) -> str:
+        """
+        str: why mlock failed (its errno's text; '' when it held or was not asked).
+        """
+    @property
+    def locked(self) -> bool:
+        """
+        bool: use_mlock was asked and the weights' pages are locked in RAM.
         """
     @property
     def n_vocab(self) -> int:

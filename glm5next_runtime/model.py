@@ -128,6 +128,10 @@ class Model:
             first touched, as by llama-server's --warmup; a request's own graphs are still built at its first rounds)
             and time them for the draft length policies (draft_calibration, a DraftCalibration; None when False, and
             the built-in cost ratios are assumed until rounds are timed).
+        use_mmap: map the file, every page faulted in at load (llama.cpp's default); False: read it into anonymous
+            memory (llama-server's --no-mmap).
+        use_mlock: lock the weights' pages in RAM (llama-server's --mlock); where the system refuses (RLIMIT_MEMLOCK)
+            a RuntimeWarning says so and the model loads unlocked, as in llama.cpp.
         rpc: "HOST:PORT" endpoints (a list, or one str) of ggml RPC servers (glm5next-rpc-server, llama.cpp's
             --rpc) whose devices become placement targets. ggml's registry keeps them for the life of the process:
             a later Model in the same process sees them too (devices=[...] chooses).
@@ -149,7 +153,7 @@ class Model:
                  rpc: Sequence[str] = (), devices: Sequence[str] | None = None, split_mode: str = "layer",
                  tensor_split: Sequence[float] | None = None, main_gpu: int = 0, draft_device: str | None = None,
                  ctx_checkpoints: int = 32, checkpoint_every: int = 8192, cache_type_k: str = "f16",
-                 warmup: bool = True, n_seq_max: int = 1):
+                 warmup: bool = True, n_seq_max: int = 1, use_mmap: bool = True, use_mlock: bool = False):
         load_start = time.perf_counter()
         for name, value in (("n_ctx", n_ctx), ("n_batch", n_batch), ("n_threads", n_threads),
                             ("checkpoint_every", checkpoint_every), ("n_seq_max", n_seq_max)):
@@ -166,7 +170,11 @@ class Model:
         # checked before ggml's client sees them: it aborts on a bad endpoint
         _core.add_rpc_servers([rpc] if isinstance(rpc, str) else list(rpc))
         self._files = (os.fspath(path), os.fspath(draft_model) if draft_model else None, list(override_kv))
-        self._core = _core.Model(self._files[0], self._files[2])
+        self._load_options = dict(use_mmap=use_mmap, use_mlock=use_mlock)
+        self._core = self._load_file(self._files[0])
+        # seconds the load spent: reading the file (mapped and faulted in, or read), then (set below) the draft-MTP
+        # calibration's rounds
+        self.load_seconds = {"weights": time.perf_counter() - load_start}
         # known while unloaded too
         self._path, self._n_vocab, self._kv_overrides = self._core.path, self._core.n_vocab, self._core.kv_overrides
         self._indexer_top_k = self._core.hparams["idx_top_k"]
@@ -179,7 +187,7 @@ class Model:
                                     override_tensor=tuple(override_tensor), split_mode=split_mode,
                                     tensor_split=tensor_split, main_gpu=main_gpu, draft_device=draft_device)
         self._placement = self._place(self._core)  # at load: a bad -ot rule fails here, naming it
-        self._draft_core = _core.Model(self._files[1], self._files[2]) if draft_model else None
+        self._draft_core = self._load_file(self._files[1]) if draft_model else None
         self._draft_placement = self._place(self._draft_core) if self._draft_core else {}
         self._spec_draft_type = spec_draft_type
         self._engine = self._new_engine()
@@ -207,11 +215,32 @@ class Model:
         self.draft_calibration: DraftCalibration | None = None
         if warmup and self.spec["adaptive"] and self.spec["n_max"] > 0:
             budget_s = max(CALIBRATION_BUDGET_S, CALIBRATION_SHARE * (time.perf_counter() - load_start))
+            calibration_start = time.perf_counter()
             try:
                 self.draft_calibration = calibrate(self._engine, self.spec["n_max"], budget_s, self._sequence_args)
             except (ValueError, RuntimeError) as e:  # the model loaded: what fails here fails a request, named there
                 warnings.warn(f"{path}: draft-MTP round costs not measured at load ({e}); the built-in ratios are "
                               "assumed until the rounds are timed", RuntimeWarning, stacklevel=2)
+            self.load_seconds["calibration"] = time.perf_counter() - calibration_start
+
+    def _load_file(self, path: str) -> _core.Model:
+        """_core.Model of `path` with this model's overrides and load options; warns when mlock was refused."""
+        core = _core.Model(path, self._files[2], **self._load_options)
+        if self._load_options["use_mlock"] and not core.locked:
+            warnings.warn(f"{path}: the weights could not be locked in RAM ({core.lock_error}); they load unlocked "
+                          "(raise the memory-lock limit: ulimit -l, or LimitMEMLOCK for a service)", RuntimeWarning,
+                          stacklevel=3)
+        return core
+
+    @property
+    def mapped(self) -> bool:
+        """Whether the weights are the file's mapping (use_mmap), not a copy read into memory."""
+        return self._load_options["use_mmap"]
+
+    @property
+    def locked(self) -> bool:
+        """Whether the weights' pages are locked in RAM (use_mlock, and the system allowed it)."""
+        return self._core.locked if self._core is not None else False
 
     def _new_engine(self) -> _core.Engine:
         return _core.Engine(self._core, self.n_batch, self.n_threads, self._spec_draft_type, self._draft_core,
@@ -246,10 +275,10 @@ class Model:
         if weights_of is not None:
             self._core, self._draft_core, self._engine = weights_of._core, weights_of._draft_core, weights_of._engine
         else:
-            path, draft_path, override_kv = self._files
-            self._core = _core.Model(path, override_kv)
+            path, draft_path, _ = self._files
+            self._core = self._load_file(path)
             self._placement = self._place(self._core)
-            self._draft_core = _core.Model(draft_path, override_kv) if draft_path else None
+            self._draft_core = self._load_file(draft_path) if draft_path else None
             self._draft_placement = self._place(self._draft_core) if self._draft_core else {}
             self._engine = self._new_engine()
         self._seq = self._new_sequence()

@@ -57,7 +57,7 @@ def list_devices_if_asked(prog: str, argv: Sequence[str] | None) -> None:
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
     """Add -m, -md, -c, -t, -b, --rpc, --list-devices, the placement flags, the speculation flags, --override-kv,
-    --seed, --ctx-checkpoints, --warmup and --checkpoint-every-n-tokens to `p`."""
+    --seed, --ctx-checkpoints, --mmap / --no-mmap, --mlock, --warmup and --checkpoint-every-n-tokens to `p`."""
     p.add_argument("-m", "--model", required=True, metavar="FILE", help="the glm5next .gguf file")
     p.add_argument("-md", "--model-draft", metavar="FILE",
                    help="separate draft file (converted with --mtp-only) whose NextN layer drafts for -m")
@@ -125,6 +125,12 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("-ctv", "--cache-type-v", choices=LLAMA_CACHE_TYPES, default=None,
                    help="accepted for llama-server's command lines, and changes nothing: MLA keeps one latent for "
                         "keys and values, of -ctk's type")
+    p.add_argument("--mmap", action=argparse.BooleanOptionalAction, default=True,
+                   help="map the model file, every page read in at load (llama-server's default); --no-mmap: read it "
+                        "into memory instead (a copy: for a file on a slow or network filesystem)")
+    p.add_argument("--mlock", action="store_true",
+                   help="lock the weights in RAM: the system never swaps them out or drops their pages (where the "
+                        "memory-lock limit refuses, a warning says so and they load unlocked, as llama-server)")
     p.add_argument("--warmup", action=argparse.BooleanOptionalAction, default=True,
                    help="at load, run each kind of draft-MTP round on a scratch sequence: the weights first touched "
                         "(llama-server's warmup run) and the rounds' costs timed for the adaptive draft lengths "
@@ -146,7 +152,8 @@ def model_kwargs(args: argparse.Namespace) -> dict[str, Any]:
                 devices=split_list(args.device) if args.device else None, split_mode=args.split_mode,
                 tensor_split=parse_tensor_split(args.tensor_split), main_gpu=args.main_gpu,
                 draft_device=args.device_draft, ctx_checkpoints=args.ctx_checkpoints,
-                checkpoint_every=args.checkpoint_every_n_tokens, cache_type_k=args.cache_type_k, warmup=args.warmup)
+                checkpoint_every=args.checkpoint_every_n_tokens, cache_type_k=args.cache_type_k, warmup=args.warmup,
+                use_mmap=args.mmap, use_mlock=args.mlock)
 
 
 def request_seed(args: argparse.Namespace) -> int | None:
@@ -158,7 +165,8 @@ def describe_model(model: Model, args: argparse.Namespace) -> list[str]:
     """Load-log lines: the placement plan summary, the ops pinned to the CPU by a device's kernel limits, the memory
     per device (weights, caches, compute buffers; as llama.cpp's load report), what the prompt cache's checkpoints
     may take, which speculation runs (and why) and the draft-MTP round costs measured at load; the sparse indexer's
-    top-k and the --override-kv entries applied."""
+    top-k and the --override-kv entries applied; how the weights were loaded (--mmap / --no-mmap, --mlock) and how
+    long the load and the calibration took."""
     if model.spec_type == "draft-mtp":
         source = f"the NextN layer of {args.model_draft}" if args.model_draft else "the file's NextN layer"
         spec = (f"draft-mtp with {source} (n_max {args.spec_draft_n_max}"
@@ -174,7 +182,11 @@ def describe_model(model: Model, args: argparse.Namespace) -> list[str]:
     per_token = (model.sequence.cache_bytes - states) / model.n_ctx
     hp = model.hparams
     overrides = ", ".join(f"{key}={kind}:{value}" for key, kind, value in model.kv_overrides)
-    lines = [f"placement: {describe_placement(model.placement())}",
+    took = model.load_seconds
+    load = (f"load: weights {'mapped (every page read in)' if model.mapped else 'read into memory (--no-mmap)'}"
+            f"{', locked in RAM' if model.locked else ''} in {took['weights']:.2f} s"
+            + (f", draft-MTP round costs measured in {took['calibration']:.2f} s" if "calibration" in took else ""))
+    lines = [load, f"placement: {describe_placement(model.placement())}",
              f"indexer: top-k {model.indexer_top_k} keys per query ({model.indexer_top_k // hp['idx_kpool']} pools of "
              f"{hp['idx_kpool']}; the file's unless overridden); --override-kv applied: {overrides or 'none'}",
              f"memory (one engine: weights and compute buffers once, caches of every slot): {'; '.join(memory)}",

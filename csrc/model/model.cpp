@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <set>
@@ -127,7 +128,30 @@ HParams Model::load_hparams(const std::string & path, const std::vector<KvOverri
     return read_overridden(gguf.get(), overrides, path);
 }
 
-std::unique_ptr<Model> Model::load(const std::string & path, const std::vector<KvOverride> & overrides) {
+namespace {
+
+// The whole file in anonymous memory, read with pread (--no-mmap): page-aligned, as a CPU buffer needs; unmapped
+// like the mapping.
+void * read_whole(const File & file, const std::string & path) {
+    void * mem = mmap(nullptr, file.size(), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (mem == MAP_FAILED) throw ModelError(path + ": cannot allocate " + std::to_string(file.size()) + " bytes: " + strerror(errno));
+    for (size_t at = 0; at < file.size();) {
+        const ssize_t n = pread(file.fd(), static_cast<char *>(mem) + at, std::min<size_t>(file.size() - at, 1 << 26), (off_t) at);
+        if (n <= 0) {
+            const std::string why = n == 0 ? "unexpected end of file" : strerror(errno);
+            munmap(mem, file.size());
+            throw ModelError(path + ": read failed at byte " + std::to_string(at) + ": " + why);
+        }
+        at += size_t(n);
+    }
+    mprotect(mem, file.size(), PROT_READ);
+    return mem;
+}
+
+}  // namespace
+
+std::unique_ptr<Model> Model::load(const std::string & path, const std::vector<KvOverride> & overrides,
+                                   const LoadOptions & options) {
     const File file(path);
     file.check_magic();
 
@@ -147,13 +171,22 @@ std::unique_ptr<Model> Model::load(const std::string & path, const std::vector<K
     }
     bind_tensors(*m, path);
 
-    // Everything is validated: map the file and place each tensor at its offset in the mapping.
-    impl.map = mmap(nullptr, file.size(), PROT_READ, MAP_SHARED, file.fd(), 0);
-    if (impl.map == MAP_FAILED) {
-        impl.map = nullptr;
-        throw ModelError(path + ": mmap failed: " + strerror(errno));
+    // Everything is validated: map the file (or read it) and place each tensor at its offset there.
+    m->options = options;
+    if (options.mmap) {
+        impl.map = mmap(nullptr, file.size(), PROT_READ, MAP_SHARED | MAP_POPULATE, file.fd(), 0);
+        if (impl.map == MAP_FAILED) {
+            impl.map = nullptr;
+            throw ModelError(path + ": mmap failed: " + strerror(errno));
+        }
+    } else {
+        impl.map = read_whole(file, path);
     }
     impl.map_size = file.size();
+    if (options.mlock) {
+        m->locked = mlock(impl.map, impl.map_size) == 0;
+        if (!m->locked) m->lock_error = strerror(errno);
+    }
     impl.buffer = ggml_backend_cpu_buffer_from_ptr(impl.map, impl.map_size);  // mmap is page-aligned, as required
     if (!impl.buffer) throw ModelError(path + ": cannot create a CPU buffer over the mapping");
     ggml_backend_buffer_set_usage(impl.buffer, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);

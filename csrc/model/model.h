@@ -25,6 +25,15 @@ struct TensorSpec {
     bool required = true;
 };
 
+// How a file's weights reach memory (llama.cpp's llama_model_params use_mmap and use_mlock; llama-server's --mmap /
+// --no-mmap and --mlock).
+struct LoadOptions {
+    // true: the file is mapped and every page faulted in at load (MAP_POPULATE, as llama.cpp prefetches), shared with
+    // the page cache; false: read into anonymous memory (a copy, e.g. for a file on a network filesystem)
+    bool mmap = true;
+    bool mlock = false;  // the weights' pages locked in RAM (mlock): never swapped or dropped
+};
+
 struct Model {
     HParams hp;
     ggml_tensor *tok_embd = nullptr, *output_norm = nullptr, *output = nullptr;
@@ -32,7 +41,8 @@ struct Model {
 
     // Loads `path`, applies `overrides` before any hyper-parameter is read or checked. Throws ModelError
     // naming the file, key or tensor for every malformed input (never aborts).
-    static std::unique_ptr<Model> load(const std::string & path, const std::vector<KvOverride> & overrides);
+    static std::unique_ptr<Model> load(const std::string & path, const std::vector<KvOverride> & overrides,
+                                       const LoadOptions & options = {});
     // Reads and checks only the hyper-parameters of `path` (no tensors, no vocabulary), with the same rules and
     // errors as load: what the converter runs on the metadata it is about to write.
     static HParams load_hparams(const std::string & path, const std::vector<KvOverride> & overrides);
@@ -40,6 +50,11 @@ struct Model {
 
     std::string path;
     std::vector<KvOverride> kv_overrides;          // the overrides applied, in order, keys spelled as the file's
+    LoadOptions options;                           // as loaded
+    // With options.mlock: whether the pages were locked (mlock fails past RLIMIT_MEMLOCK; llama.cpp then warns and
+    // goes on unlocked, and so does the caller: Python's Model warns); its errno's text when not.
+    bool locked = false;
+    std::string lock_error;
     std::map<std::string, ggml_tensor *> tensors;  // by GGUF name
     std::vector<TensorSpec> tensor_table;           // every tensor the loader looked for, in the order it did
     Vocab vocab;

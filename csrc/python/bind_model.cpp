@@ -113,10 +113,11 @@ std::vector<KvOverride> parse_overrides(const std::vector<std::string> & overrid
     return overrides;
 }
 
-std::unique_ptr<Model> load(const std::string & path, const std::vector<std::string> & override_kv) {
+std::unique_ptr<Model> load(const std::string & path, const std::vector<std::string> & override_kv, bool use_mmap,
+                            bool use_mlock) {
     const std::vector<KvOverride> overrides = parse_overrides(override_kv);
-    py::gil_scoped_release release;  // parsing metadata of a large vocab takes a moment; touches no Python object
-    return Model::load(path, overrides);
+    py::gil_scoped_release release;  // parsing metadata, reading the file: touches no Python object
+    return Model::load(path, overrides, LoadOptions{use_mmap, use_mlock});
 }
 
 py::list tensors(const Model & m) {
@@ -180,6 +181,7 @@ Both architecture spellings load ("glm5next" and "glm5-next"). Weights stay in a
 file; nothing is copied.
 )doc")
         .def(py::init(&load), py::arg("path"), py::arg("override_kv") = std::vector<std::string>{},
+             py::arg("use_mmap") = true, py::arg("use_mlock") = false,
              R"doc(Load the GGUF at `path`.
 
 Args:
@@ -190,6 +192,9 @@ Args:
         hyper-parameter is read or checked. KEY may use
         either arch prefix ("glm5next." or "glm5-next."). An int/float override of an existing key keeps
         its stored type (range-checked).
+    use_mmap: bool, map the file and fault every page in at load (as llama.cpp prefetches; the pages are the page
+        cache's, shared); False: read it into anonymous memory (llama.cpp's --no-mmap).
+    use_mlock: bool, lock the weights' pages in RAM (llama.cpp's --mlock); `locked` says whether it held.
 
 Raises:
     ModelError (a ValueError): the file is missing, not GGUF, truncated or corrupt; the architecture is
@@ -202,6 +207,10 @@ Raises:
         .def_property_readonly("arch", [](const Model & m) { return m.hp.arch; },
                                "str: general.architecture as stored ('glm5next' or 'glm5-next').")
         .def_property_readonly("n_vocab", [](const Model & m) { return m.hp.n_vocab; }, "int: vocabulary size.")
+        .def_property_readonly("locked", [](const Model & m) { return m.locked; },
+                               "bool: use_mlock was asked and the weights' pages are locked in RAM.")
+        .def_property_readonly("lock_error", [](const Model & m) { return m.lock_error; },
+                               "str: why mlock failed (its errno's text; '' when it held or was not asked).")
         .def_property_readonly("draft_only", [](const Model & m) { return m.draft_only; },
                                "bool: the file holds only the NextN (draft) layer, no trunk layers.")
         .def_property_readonly("hparams", [](const Model & m) { return hparams_dict(m.hp); },

@@ -429,3 +429,29 @@ def test_python_model(tiny, tmp_path):
     llama_vocab = rewrite(tiny, tmp_path / "spm.gguf", set_keys={"tokenizer.ggml.model": (VT.STRING, "llama")})
     with pytest.raises(ValueError, match="tokenizer 'llama'"):
         Model(llama_vocab)
+
+
+def _status_bytes(field: str) -> int:
+    for line in open("/proc/self/status"):
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) * 1024
+    raise KeyError(field)
+
+
+def test_read_into_memory_the_weights_are_the_files(tiny):
+    """use_mmap=False (--no-mmap): the file is read into anonymous memory; every tensor holds the mapped one's bytes."""
+    mapped, read = _core.Model(str(tiny)), _core.Model(str(tiny), use_mmap=False)
+    for name, *_ in mapped.tensors():
+        assert np.array_equal(mapped.tensor_data(name), read.tensor_data(name)), name
+
+
+def test_locked_weights_are_locked(tiny):
+    """use_mlock (--mlock): the mapping's pages are locked (VmLck grows by the file's size), unless the system's
+    memory-lock limit refuses, which lock_error then names."""
+    before = _status_bytes("VmLck")
+    m = _core.Model(str(tiny), use_mlock=True)
+    if not m.locked:
+        assert m.lock_error, "mlock failed without a reason"
+        pytest.skip(f"mlock refused here: {m.lock_error}")
+    assert _status_bytes("VmLck") - before >= tiny.stat().st_size - 4096
+    assert not _core.Model(str(tiny)).locked and _core.Model(str(tiny)).lock_error == ""

@@ -117,3 +117,16 @@ def test_missing_file():
     run = subprocess.run([str(CLI), "-m", "/no/such.predictable_gguf", "-p", "x"], capture_output=True, text=True,
                          timeout=TIMEOUT)
     assert run.returncode == 1 and run.stderr.startswith("glm5next-cli: error: ") and "no such file" in run.stderr
+
+
+def test_no_mmap_and_mlock_as_llama_server(predictable_gguf, model):
+    """--no-mmap reads the file into memory, --mlock locks the weights (where the memory-lock limit allows: a warning
+    otherwise, as llama-server): the same text, and the load log says how the weights came in and how long it took."""
+    want = model.generate(PROMPT, max_tokens=8, temperature=0)
+    run = run_cli(predictable_gguf, "-p", PROMPT, "-n", "8", "--temp", "0", "--no-mmap", "--mlock")
+    assert run.returncode == 0, run.stderr
+    assert run.stdout == want.text + "\n"
+    assert re.search(r"load: weights read into memory \(--no-mmap\)(, locked in RAM)? in [\d.]+ s", run.stderr)
+    assert "locked in RAM" in run.stderr or "could not be locked in RAM" in run.stderr
+    run = run_cli(predictable_gguf, "-p", PROMPT, "-n", "1", "--temp", "0")
+    assert re.search(r"load: weights mapped \(every page read in\) in [\d.]+ s", run.stderr)
