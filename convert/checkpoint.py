@@ -132,12 +132,20 @@ class Checkpoint:
         import torch
         f = self._where[name]
         try:
-            t = self._open(f).get_tensor(name)
+            t = self._read_data(f, name)
         except Exception as e:
             raise ConversionError(f"{f}: cannot read tensor {name} ({_one_line(e)})") from e
         if self.dtype(name) in FP8_DTYPES:
             t = self._dequant_fp8(name, t)
         return t.to(torch.float32).numpy()
+
+    @staticmethod
+    def _read_data(f: Path, name: str):
+        """Tensor `name` of shard `f` through a mapping of its own, unmapped once read (issue 50: the shards' cached
+        handles kept every page read mapped, so the resident set grew with the bytes converted)."""
+        from safetensors import safe_open
+        with safe_open(str(f), framework="pt") as h:
+            return h.get_tensor(name)
 
     def _dequant_fp8(self, name: str, q):
         """w = q * scale over (block_rows x block_cols) blocks, before any cast (docs/gguf.md, Tensors)."""
@@ -146,7 +154,7 @@ class Checkpoint:
         if scale_name not in self._where:
             raise ConversionError(f"{self._where[name]}: FP8 tensor {name} has no {scale_name}")
         try:
-            scale = self._open(self._where[scale_name]).get_tensor(scale_name).to(torch.float32)
+            scale = self._read_data(self._where[scale_name], scale_name).to(torch.float32)
         except Exception as e:
             raise ConversionError(f"{self._where[scale_name]}: cannot read tensor {scale_name} "
                                   f"({_one_line(e)})") from e
