@@ -8,7 +8,9 @@
 #   3. llama-batched-bench's table (issue 24), the bench preset and the bundled model (models/glm5next-small, whose
 #      draft head is trained: its draft-MTP rows accept drafts) fully offloaded: glm5next-bench -npl 1,2,4,8 plain
 #      and with 3 drafts on text prompts (README.md, docs/), with glm5next's graph census per graph kind (--census:
-#      nodes by device, splits, CUDA-graph blockers, device reads), then llama.cpp's on the same files: the
+#      nodes by device, splits, CUDA-graph blockers, device reads), 3 drafts at a synthetic acceptance of 2.5 at
+#      B = 1 and 4 (issue 48's bound), the plain rows with CUDA graphs off (GGML_CUDA_DISABLE_GRAPHS=1: what they
+#      buy), then llama.cpp's on the same files: the
 #      llama-batched-bench binary named by LLAMA_BATCHED_BENCH (built from the llama.cpp that llama-cpp-python 0.3.36
 #      vendors, for the same GPU), else llama-cpp-python in-process (glm5next-bench --llama-cpp, ours again beside it).
 # What a user should see on a GPU (the issue's bounds): a decode token, a draft step and a verify pass in 2 splits
@@ -167,6 +169,15 @@ if step 3; then
         echo "== the batched table, $(basename "$model"), -ngl 99: glm5next (plain, 3 drafts)"
         "$VENV/bin/glm5next-bench" -m "$model" -t "$THREADS" -ngl 99 ${rpc_args[@]+"${rpc_args[@]}"} -npl 1,2,4,8 \
             -npp 128 -ntg 128 -r 3 --spec-n-max 3 --spec-prompts "${texts[@]}" --census || echo "glm5next-bench -npl failed (exit $?)"
+        # issue 48's bounds for drafting: 3 drafts at a fixed mean accepted length of 2.5 against plain, B = 1 and 4
+        echo "== $(basename "$model"), -ngl 99: 3 drafts at a synthetic acceptance of 2.5"
+        "$VENV/bin/glm5next-bench" -m "$model" -t "$THREADS" -ngl 99 ${rpc_args[@]+"${rpc_args[@]}"} -npl 1,4 \
+            -npp 128 -ntg 128 -r 3 --spec-n-max 3 --spec-accept 2.5 || echo "glm5next-bench --spec-accept failed (exit $?)"
+        if [ -z "$RPC" ]; then  # what CUDA graphs buy: the plain rows with them off (ggml-cuda's switch)
+            echo "== $(basename "$model"), -ngl 99: CUDA graphs off (GGML_CUDA_DISABLE_GRAPHS=1)"
+            GGML_CUDA_DISABLE_GRAPHS=1 "$VENV/bin/glm5next-bench" -m "$model" -t "$THREADS" -ngl 99 -npl 1,4,8 \
+                -npp 128 -ntg 128 -r 3 || echo "glm5next-bench without CUDA graphs failed (exit $?)"
+        fi
         if [ -n "${LLAMA_BATCHED_BENCH:-}" ]; then
             echo "== the batched table, $(basename "$model"), -ngl 99: $LLAMA_BATCHED_BENCH (-c: 512 per sequence)"
             "$LLAMA_BATCHED_BENCH" -m "$model" -t "$THREADS" -ngl 99 -c 4096 -b 512 -ub 512 -npp 128 -ntg 128 \
