@@ -13,18 +13,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 from pathlib import Path
 
 from tokenizers import Tokenizer
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from train import data
 
-from train import data  # noqa: E402
-
-from glm5next_convert import convert  # noqa: E402
-from glm5next_runtime import bench  # noqa: E402
+from glm5next_convert import convert
+from glm5next_runtime import bench
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -12,14 +12,12 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import threading
 import time
 import urllib.request
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_concurrency import free_port, prompts, start  # noqa: E402
+from bench_concurrency import free_port, prompts, start
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -52,7 +52,6 @@ def ours(path: Path, n_ctx: int) -> list[tuple[str, float]]:
 
 
 def real_widths_file(tmp: Path) -> Path:
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     import make_checkpoint
     from glm5next_convert import convert
     ckpt = tmp / "real-widths"

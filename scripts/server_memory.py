@@ -27,7 +27,6 @@ from pathlib import Path
 
 import psutil
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 MIB = 1 << 20
 SERVER = Path(sys.executable).parent / "glm5next-server"

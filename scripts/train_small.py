@@ -15,22 +15,18 @@ import argparse
 import json
 import math
 import os
-import sys
 import time
 from dataclasses import asdict, replace
-from pathlib import Path
 
 import torch
 from tqdm import tqdm
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from make_checkpoint import CheckpointSpec, text_config, train_tokenizer  # noqa: E402
-from train import data, hub  # noqa: E402
-from train.memory import keep_freed_memory  # noqa: E402
-from train.model import Glm5NextTrain, init_weights  # noqa: E402
-from train.moe import MoE  # noqa: E402
-from train.objective import losses  # noqa: E402
+from make_checkpoint import CheckpointSpec, text_config, train_tokenizer
+from train import data, hub
+from train.memory import keep_freed_memory
+from train.model import Glm5NextTrain, init_weights
+from train.moe import MoE
+from train.objective import losses
 
 # CheckpointSpec fields per size. "small": deeper rather than wider; index_topk far below the training sequence
 # length so that sparse selection decides what most rows attend; ~24 MB in bf16.
