@@ -234,7 +234,9 @@ class ToolCallSplitter:
         while (start := self._pending.find(CALL_OPEN)) >= 0:
             out.append(self._pending[:start])
             self._pending = self._pending[start:]
-            decided = read_call(self._pending, self._schemas, final)
+            # every reading ends at a </tool_call>: until one is written, a streamed call is not parsed again for
+            # each token (a long argument would cost its length per token)
+            decided = read_call(self._pending, self._schemas, final) if final or CALL_CLOSE in self._pending else None
             if decided is None:
                 return [p for p in out if p != ""]
             end, call = decided

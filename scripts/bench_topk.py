@@ -54,17 +54,15 @@ class _Saved:
     """An engine holding a sequence at a depth it can go back to (its save_state / load_state)."""
 
     def __init__(self, runner: OursRunner | LlamaCppRunner):
-        self.runner, self.key, self.state = runner, runner.key, None
+        self.runner, self.key, self.state, self.depth = runner, runner.key, None, 0
 
     def extend_to(self, tokens: list[int]) -> None:
         """Prefill (untimed) from the saved depth to len(tokens), then save there."""
         if self.state is not None:
             self._restore()
-            done = self.depth
         else:
             self.runner.reset()
-            done = 0
-        self.runner.eval(tokens[done:])
+        self.runner.eval(tokens[self.depth:])
         self.depth = len(tokens)
         self.state = (self.runner.model.save_state() if isinstance(self.runner, OursRunner)
                       else self.runner.llm.save_state())
